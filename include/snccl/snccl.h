@@ -1,0 +1,43 @@
+/* snccl extensions to the NCCL API.
+ *
+ * Host streams give NCCL's asynchronous model on the CPU: an operation passed a host
+ * stream (cast to cudaStream_t) is queued and run in order by a worker thread, so the
+ * caller can compute while it communicates. stream == NULL means "blocking": the call
+ * returns when the operation has completed. */
+#ifndef SNCCL_H_
+#define SNCCL_H_
+
+#include "nccl.h"
+
+#define SNCCL_MAJOR 0
+#define SNCCL_MINOR 1
+#define SNCCL_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sncclHostStream* sncclStream_t;
+
+/* Converts a host stream to the cudaStream_t argument of the collective calls. */
+#define SNCCL_STREAM(s) ((cudaStream_t)(s))
+
+/* Creates a host stream with its own worker thread. */
+ncclResult_t sncclStreamCreate(sncclStream_t* stream);
+/* Blocks until every operation queued on the stream has completed; returns the first
+ * error an operation on it returned since the last synchronize, else ncclSuccess. */
+ncclResult_t sncclStreamSynchronize(sncclStream_t stream);
+/* ncclSuccess when the stream is idle, ncclInProgress while work is queued or running,
+ * or the pending error of a failed operation. Never blocks. */
+ncclResult_t sncclStreamQuery(sncclStream_t stream);
+/* Waits for queued work, then frees the stream. */
+ncclResult_t sncclStreamDestroy(sncclStream_t stream);
+
+/* The snccl version as a string, e.g. "snccl 0.1.0 (NCCL API 2.28.9)". */
+const char* sncclVersionString(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNCCL_H_ */

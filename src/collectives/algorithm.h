@@ -1,0 +1,36 @@
+// The algorithm registry: one table of every schedule generator, with its name, family
+// and a one-line description. A new algorithm is one file plus one line in registry.cc.
+#pragma once
+
+#include <span>
+
+#include "collectives/schedule.h"
+#include "common/status.h"
+
+namespace snccl {
+
+// Fills `out` (cleared first; reusing its capacity) with this rank's schedule.
+using GenerateFn = Status (*)(const CollArgs& args, const ChannelPlan& plan, Schedule* out);
+
+struct AlgorithmDef {
+  const char* name;    // e.g. "ring"
+  const char* family;  // "ring", "tree", "hierarchical", "direct", "p2p"
+  CollKind coll;
+  const char* help;    // one line for sn_info
+  GenerateFn generate;
+};
+
+std::span<const AlgorithmDef> algorithms();
+// The default algorithm for a collective (until the selector exists: the first listed).
+const AlgorithmDef* defaultAlgorithm(CollKind coll);
+const AlgorithmDef* findAlgorithm(CollKind coll, const char* name);
+
+// Schedule for a group of send/recv operations of one rank, in the order they were
+// called. Sends to / receives from the same peer keep their order; operations with
+// different peers run on independent lanes. Send-to-self is matched with the
+// receive-from-self of the same order and becomes a local copy. Messages are split into
+// chunks of at most chunkElems elements. Buffer i of the schedule is the buffer of ops[i].
+Status buildP2PSchedule(int rank, int nranks, std::span<const P2POp> ops, size_t chunkElems,
+                        Schedule* out);
+
+}  // namespace snccl

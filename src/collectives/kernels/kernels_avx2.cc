@@ -1,0 +1,47 @@
+// The reduction kernels compiled for AVX2 + F16C, used when the CPU has both (Haswell and
+// later, Zen): twice the lanes of the SSE2 baseline, hardware fp16 conversion, and the
+// variable shifts and blends the bf16/fp8 recipes need. FMA is deliberately not enabled:
+// contracting a*b+c would change PreMulSum/Prod results versus the generic table.
+#include "collectives/kernels/kernel_table.h"
+
+#if defined(__x86_64__)
+
+// Every header the kernels use is included above the target pragma, so functions declared
+// by the standard library keep the baseline target; only our own templates, which live in
+// the avx2 namespace, are compiled for AVX2. Otherwise a shared inline function could be
+// emitted with AVX2 code and picked by the linker for the baseline table.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#pragma GCC target("avx2,f16c")
+#define SNCCL_KERNEL_ISA avx2
+#define SNCCL_KERNEL_VEC_BYTES 32
+#define SNCCL_KERNEL_F16C 1
+#include "collectives/kernels/vec_loops.h"
+#pragma GCC reset_options
+
+namespace snccl::kernels {
+
+const KernelTable* avx2Kernels() {
+  static const KernelTable* table = []() -> const KernelTable* {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) return nullptr;
+    static const KernelTable t = avx2::makeTable("avx2");
+    return &t;
+  }();
+  return table;
+}
+
+}  // namespace snccl::kernels
+
+#else
+
+namespace snccl::kernels {
+const KernelTable* avx2Kernels() { return nullptr; }
+}  // namespace snccl::kernels
+
+#endif

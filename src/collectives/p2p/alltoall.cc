@@ -1,0 +1,67 @@
+// AlltoAll over point-to-point: rank r sends in[p*count ..) to p and receives p's block
+// into out[p*count ..), one lane per (peer, direction), so peers progress independently.
+//
+// Lane i (i = 1..n-1) talks to r+i (send) and r-i (receive): with every rank listing its
+// lanes this way, the i-th lanes of all ranks form n disjoint shifts, which keeps the
+// number of messages in flight low. Cross-rank invariant: both ends chunk a block the
+// same way (appendChunked with the same count), so message k matches message k.
+// In place (in == out) the block exchanged with p is read and overwritten in the same
+// range, so one lane per peer alternates Send chunk k / Recv chunk k: a chunk is always
+// sent before the received chunk lands on it, and the peer does the same (no deadlock:
+// each side's send of chunk k precedes its receive of chunk k).
+#include "collectives/sched_util.h"
+
+namespace snccl {
+
+using namespace sched;
+
+namespace {
+
+void addInPlaceLane(const CollArgs& a, int peer, std::vector<Step>* steps) {
+  const size_t base = static_cast<size_t>(peer) * a.count;
+  steps->reserve(2 * ceilDiv(a.count, a.chunkElems));
+  for (size_t lo = 0; lo < a.count; lo += a.chunkElems) {
+    const size_t c = std::min(a.chunkElems, a.count - lo);
+    steps->push_back(mkSend(peer, inRef(base + lo), c));
+    steps->push_back(mkRecv(peer, outRef(base + lo), c));
+  }
+}
+
+}  // namespace
+
+Status p2pAlltoAll(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
+  SNCCL_TRY(checkCollArgs(a, plan, CollKind::kAlltoAll));
+  resetSchedule(out, CollKind::kAlltoAll, /*reduces=*/false);
+  const int n = a.nranks, r = a.rank;
+  const size_t total = a.count * static_cast<size_t>(n);
+  out->bufs.push_back({BufRole::kInput, total});
+  out->bufs.push_back({BufRole::kOutput, total});
+  size_t used = 0;
+  if (a.count == 0) {
+    finishLanes(out, 0);
+    return OkStatus();
+  }
+  const size_t chunks = ceilDiv(a.count, a.chunkElems);
+  out->lanes.reserve(2 * static_cast<size_t>(n));
+  for (int i = 1; i < n; ++i) {
+    const int to = (r + i) % n, from = (r - i + n) % n;
+    if (a.inPlace) {
+      addInPlaceLane(a, to, &out->lanes[addLane(out, &used)].steps);
+      continue;
+    }
+    std::vector<Step>* send = &out->lanes[addLane(out, &used)].steps;
+    send->reserve(chunks);
+    appendChunked(send, true, to, inRef(static_cast<size_t>(to) * a.count), a.count, a.chunkElems);
+    std::vector<Step>* recv = &out->lanes[addLane(out, &used)].steps;
+    recv->reserve(chunks);
+    appendChunked(recv, false, from, outRef(static_cast<size_t>(from) * a.count), a.count, a.chunkElems);
+  }
+  if (!a.inPlace) {
+    const size_t own = static_cast<size_t>(r) * a.count;
+    out->lanes[addLane(out, &used)].steps.push_back(mkCopy(inRef(own), outRef(own), a.count, false));
+  }
+  finishLanes(out, used);
+  return OkStatus();
+}
+
+}  // namespace snccl

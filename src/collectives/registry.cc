@@ -1,0 +1,56 @@
+// The algorithm table. A new algorithm is its file under <family>/ plus one line here.
+// The first entry listed for a collective is its default until the selector exists.
+#include <cstring>
+
+#include "collectives/algorithm.h"
+
+namespace snccl {
+
+// Generators, one per file under ring/ and p2p/.
+Status ringAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status ringBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
+Status ringReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status ringAllGather(const CollArgs&, const ChannelPlan&, Schedule*);
+Status ringReduceScatter(const CollArgs&, const ChannelPlan&, Schedule*);
+Status p2pAlltoAll(const CollArgs&, const ChannelPlan&, Schedule*);
+Status p2pGather(const CollArgs&, const ChannelPlan&, Schedule*);
+Status p2pScatter(const CollArgs&, const ChannelPlan&, Schedule*);
+
+namespace {
+
+constexpr AlgorithmDef kAlgorithms[] = {
+    {"ring", "ring", CollKind::kAllReduce,
+     "ring reduce-scatter then all-gather, pipelined in chunks; bandwidth-optimal", ringAllReduce},
+    {"ring", "ring", CollKind::kBroadcast, "pipelined chain from the root along the ring", ringBroadcast},
+    {"ring", "ring", CollKind::kReduce, "pipelined chain along the ring, summing into the root", ringReduce},
+    {"ring", "ring", CollKind::kAllGather, "each rank's block travels once around the ring, pipelined",
+     ringAllGather},
+    {"ring", "ring", CollKind::kReduceScatter, "blocks summed along the ring, each ending at its owner",
+     ringReduceScatter},
+    {"p2p", "p2p", CollKind::kAlltoAll, "direct send/recv with every peer, one lane per peer and direction",
+     p2pAlltoAll},
+    {"p2p", "p2p", CollKind::kGather, "every rank sends to the root, which receives on a lane per peer",
+     p2pGather},
+    {"p2p", "p2p", CollKind::kScatter, "the root sends each rank its block on a lane per peer", p2pScatter},
+};
+
+}  // namespace
+
+std::span<const AlgorithmDef> algorithms() { return kAlgorithms; }
+
+const AlgorithmDef* defaultAlgorithm(CollKind coll) {
+  for (const AlgorithmDef& a : kAlgorithms) {
+    if (a.coll == coll) return &a;
+  }
+  return nullptr;
+}
+
+const AlgorithmDef* findAlgorithm(CollKind coll, const char* name) {
+  if (name == nullptr) return nullptr;
+  for (const AlgorithmDef& a : kAlgorithms) {
+    if (a.coll == coll && std::strcmp(a.name, name) == 0) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace snccl

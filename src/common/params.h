@@ -1,0 +1,56 @@
+// The parameter registry: every environment variable snccl reads is declared once in
+// param_table.inc (name, NCCL alias, type, default, one-line help). sn_info lists the
+// table; a variable not in it does not exist. SNCCL_* wins over its NCCL_* alias.
+// Values are read once per process, on first use, and are immutable afterwards.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace snccl::params {
+
+enum class Type : uint8_t { kInt, kString };
+
+enum class Id : uint16_t {
+#define SNCCL_PARAM(id, type, name, alias, def, help) id,
+#include "common/param_table.inc"
+#undef SNCCL_PARAM
+  kCount
+};
+
+struct Def {
+  Id id;
+  Type type;
+  const char* name;   // SNCCL_...
+  const char* alias;  // NCCL_... or nullptr
+  const char* defaultValue;
+  const char* help;
+};
+
+std::span<const Def> all();
+const Def& def(Id id);
+
+// Integer value (decimal, 0x hex, or with K/M/G suffix = x1024). A malformed value warns
+// once and yields the default.
+int64_t getInt(Id id);
+// String value ("" when unset and no default).
+const std::string& getString(Id id);
+// True when the user set the variable (either name).
+bool isSet(Id id);
+// Which name the value came from ("SNCCL_X", "NCCL_X" or "default").
+const char* source(Id id);
+
+// The integer syntax getInt accepts: optional sign, decimal or 0x hex digits, optional
+// K/M/G suffix (x1024 each step), surrounding blanks ignored. nullopt when malformed or
+// out of int64 range. Exposed so tests and other parsers share one definition.
+std::optional<int64_t> parseInt(std::string_view text);
+
+// Resolves the variable from the environment *now* (same precedence and default as the
+// cached value) without touching the cache. Only log::resetForTesting uses it: the log
+// configuration may be re-read, the registry may not.
+std::string readUncached(Id id);
+
+}  // namespace snccl::params

@@ -1,0 +1,56 @@
+// Futex wrappers and the spin/yield/sleep backoff.
+#include "common/wait.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "common/params.h"
+
+namespace snccl {
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeoutUs) {
+  struct timespec ts;
+  ts.tv_sec = timeoutUs / 1000000;
+  ts.tv_nsec = (timeoutUs % 1000000) * 1000;
+  // Not FUTEX_PRIVATE: the word may live in memory shared with another process.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+Backoff::Phase Backoff::idle() {
+  if (startNs_ == 0) {
+    startNs_ = nowNs();
+    elapsedNs_ = 0;
+    iter_ = 0;
+  }
+  // Reading the clock costs tens of ns; look at it only every 16 iterations.
+  if ((++iter_ & 15) == 0) elapsedNs_ = nowNs() - startNs_;
+  if (elapsedNs_ < spinNs_ || iter_ < 16) {
+    for (int i = 0; i < 8; ++i) cpuRelax();
+    return Phase::kSpin;
+  }
+  if (elapsedNs_ < spinNs_ + yieldNs_) {
+    sched_yield();
+    return Phase::kYield;
+  }
+  return Phase::kSleep;
+}
+
+int64_t spinBudgetUs(int localRanks) {
+  int64_t spin = params::getInt(params::Id::SpinUs);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1) cores = 1;
+  // With more runnable ranks than cores, a spinning waiter holds the core its peer needs.
+  if (localRanks > cores) spin = spin * cores / localRanks / 4;
+  return spin < 0 ? 0 : spin;
+}
+
+}  // namespace snccl

@@ -1,0 +1,318 @@
+// Communicator life cycle: config, init, connections, errors, finalize/destroy/abort.
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "common/log.h"
+#include "common/params.h"
+#include "common/wait.h"
+
+namespace snccl {
+
+namespace {
+constexpr uint32_t kTagConnect = 0x434f4e00;  // "CON"
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+Status finishInit(ncclComm* comm) {
+  comm->nranks = comm->bootstrap->nranks();
+  comm->rank = comm->bootstrap->rank();
+  comm->commHash = comm->bootstrap->commHash();
+  comm->peers.resize(comm->nranks);
+  comm->localRanks = 0;
+  for (int r = 0; r < comm->nranks; ++r) {
+    auto blob = comm->bootstrap->peerInfo(r);
+    if (blob.size() != sizeof(PeerInfo)) return InternalError("bootstrap returned a %zu-byte peer blob", blob.size());
+    std::memcpy(&comm->peers[r], blob.data(), sizeof(PeerInfo));
+    if (comm->peers[r].version != NCCL_VERSION_CODE)
+      return InvalidUsage("rank %d runs library version %u, rank %d runs %u", r, comm->peers[r].version,
+                          comm->rank, unsigned(NCCL_VERSION_CODE));
+    if (comm->peers[r].hostHash == comm->peers[comm->rank].hostHash) ++comm->localRanks;
+  }
+  comm->sendConn.resize(comm->nranks);
+  comm->recvConn.resize(comm->nranks);
+  int64_t steps = params::getInt(params::Id::Steps);
+  if (steps < 2 || steps > int64_t(kMaxSteps))
+    return InvalidArgument("SNCCL_STEPS=%lld is out of range [2, %u]", (long long)steps, kMaxSteps);
+  comm->nsteps = uint32_t(steps);
+  int64_t buff = params::getInt(params::Id::BuffSize);
+  int64_t slot = buff / steps / 64 * 64;
+  if (slot < 4096 || slot > (int64_t(1) << 30))
+    return InvalidArgument("SNCCL_BUFFSIZE=%lld gives %lld-byte slots; need 4 KiB..1 GiB per slot",
+                           (long long)buff, (long long)slot);
+  comm->slotBytes = uint32_t(slot);
+  comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
+  comm->spinUs = spinBudgetUs(comm->localRanks);
+  SN_INFO(log::kInit, "comm %p rank %d nRanks %d localRanks %d commHash %016llx - Init COMPLETE", (void*)comm,
+          comm->rank, comm->nranks, comm->localRanks, (unsigned long long)comm->commHash);
+  return OkStatus();
+}
+
+PeerInfo makePeerInfo(int rank, int cudaDev) {
+  PeerInfo info{};
+  info.version = NCCL_VERSION_CODE;
+  info.rank = rank;
+  info.hostHash = hostHash();
+  info.processToken = processToken();
+  info.pid = getpid();
+  info.cudaDev = cudaDev;
+  gethostname(info.hostname, sizeof info.hostname - 1);
+  return info;
+}
+
+std::span<const std::byte> asBytes(const PeerInfo& info) {
+  return {reinterpret_cast<const std::byte*>(&info), sizeof info};
+}
+
+Status initBody(ncclComm* comm, const ncclUniqueId& id) {
+  PeerInfo info = makePeerInfo(comm->rank, comm->config.cudaDev);
+  SNCCL_ASSIGN_OR_RETURN(comm->bootstrap,
+                         Bootstrap::init(id, comm->rank, comm->nranks, asBytes(info), &comm->abortFlag));
+  return finishInit(comm);
+}
+
+void markInitDone(ncclComm* comm, const Status& st) {
+  if (st.ok()) {
+    comm->state.store(int(CommState::kReady));
+  } else {
+    commSetError(comm, st);
+  }
+}
+
+// Runs the child's init: blocking inline, non-blocking in the comm's init thread.
+Status runInit(ncclComm* comm, std::function<Status()> body) {
+  if (comm->config.blocking) {
+    Status st = body();
+    markInitDone(comm, st);
+    return st;
+  }
+  comm->initThread = std::thread([comm, body = std::move(body)] {
+    Status st = body();
+    markInitDone(comm, st);
+    if (!st.ok()) SN_WARN("%s", st.message().c_str());
+  });
+  return Status(ncclInProgress, "");
+}
+
+}  // namespace
+
+Status parseConfig(const ncclConfig_t* user, CommConfig* out) {
+  int envBlocking = int(params::getInt(params::Id::CommBlocking));
+  if (user != nullptr) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    size_t size = user->size;
+    if (user->magic != kConfigMagic)
+      return InvalidArgument("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
+    std::memcpy(&cfg, user, std::min(size, sizeof cfg));
+    // Fields newer than the caller's header are not there: back to "undefined".
+    if (cfg.version < NCCL_VERSION(2, 14, 0)) cfg.blocking = NCCL_CONFIG_UNDEF_INT;
+    if (cfg.blocking != NCCL_CONFIG_UNDEF_INT && cfg.blocking != 0 && cfg.blocking != 1)
+      return InvalidArgument("Invalid config blocking attribute value %d", cfg.blocking);
+    if (cfg.blocking != NCCL_CONFIG_UNDEF_INT) out->blocking = cfg.blocking == 1;
+    if (cfg.version >= NCCL_VERSION(2, 17, 0)) {
+      if (cfg.minCTAs != NCCL_CONFIG_UNDEF_INT && cfg.minCTAs <= 0)
+        return InvalidArgument("Invalid config minCTAs attribute value %d", cfg.minCTAs);
+      if (cfg.maxCTAs != NCCL_CONFIG_UNDEF_INT && cfg.maxCTAs <= 0)
+        return InvalidArgument("Invalid config maxCTAs attribute value %d", cfg.maxCTAs);
+      if (cfg.minCTAs != NCCL_CONFIG_UNDEF_INT && cfg.maxCTAs != NCCL_CONFIG_UNDEF_INT && cfg.minCTAs > cfg.maxCTAs)
+        return InvalidArgument("Invalid config minCTAs %d > maxCTAs %d", cfg.minCTAs, cfg.maxCTAs);
+      if (cfg.cgaClusterSize != NCCL_CONFIG_UNDEF_INT && (cfg.cgaClusterSize < 0 || cfg.cgaClusterSize > 8))
+        return InvalidArgument("Invalid config cgaClusterSize attribute value %d", cfg.cgaClusterSize);
+    }
+    if (cfg.splitShare != NCCL_CONFIG_UNDEF_INT && cfg.splitShare != 0 && cfg.splitShare != 1)
+      return InvalidArgument("Invalid config splitShare attribute value %d", cfg.splitShare);
+    if (cfg.version >= NCCL_VERSION(2, 27, 0) && cfg.CTAPolicy != NCCL_CONFIG_UNDEF_INT &&
+        (cfg.CTAPolicy < 0 || cfg.CTAPolicy > 2))
+      return InvalidArgument("Invalid config CTAPolicy attribute value %d", cfg.CTAPolicy);
+    if (cfg.commName != nullptr) out->name = cfg.commName;
+  }
+  if (envBlocking == 0 || envBlocking == 1) out->blocking = envBlocking == 1;
+  return OkStatus();
+}
+
+Status commInitRank(ncclComm** out, int nranks, const ncclUniqueId& id, int rank, const CommConfig& cfg) {
+  if (nranks < 1) return InvalidArgument("invalid nranks %d (must be >= 1)", nranks);
+  if (rank < 0 || rank >= nranks) return InvalidArgument("invalid rank %d (nranks %d)", rank, nranks);
+  auto* comm = new ncclComm();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = cfg;
+  *out = comm;
+  Status st = runInit(comm, [comm, id] { return initBody(comm, id); });
+  if (!st.ok() && st.code() != ncclInProgress) {
+    commFree(comm);
+    *out = nullptr;
+  }
+  return st;
+}
+
+namespace {
+struct SplitEntry {
+  int color;
+  int key;
+};
+
+Status makeChild(ncclComm* parent, std::vector<int> members, int childRank, uint64_t childHash,
+                 const CommConfig& cfg, ncclComm** out) {
+  auto* child = new ncclComm();
+  child->config = cfg;
+  child->rank = childRank;
+  child->nranks = int(members.size());
+  *out = child;
+  Status st = runInit(child, [parent, child, members = std::move(members), childRank, childHash] {
+    PeerInfo info = makePeerInfo(childRank, child->config.cudaDev);
+    SNCCL_ASSIGN_OR_RETURN(child->bootstrap,
+                           parent->bootstrap->split(members, childRank, childHash, asBytes(info), &child->abortFlag));
+    return finishInit(child);
+  });
+  if (!st.ok() && st.code() != ncclInProgress) {
+    commFree(child);
+    *out = nullptr;
+  }
+  return st;
+}
+
+uint64_t childHashOf(ncclComm* parent, int color) {
+  uint64_t h = parent->commHash ^ (uint64_t(uint32_t(color)) * 0x9e3779b97f4a7c15ull);
+  h ^= (++parent->splitCount) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 31);
+}
+}  // namespace
+
+Status commSplit(ncclComm* parent, int color, int key, ncclComm** out, const CommConfig& cfg) {
+  *out = nullptr;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) return InvalidArgument("invalid color %d", color);
+  std::vector<SplitEntry> all(parent->nranks);
+  all[parent->rank] = {color, key};
+  SNCCL_TRY(parent->bootstrap->allGather(all.data(), sizeof(SplitEntry)));
+  uint64_t childHash = childHashOf(parent, color);  // every rank advances splitCount
+  if (color == NCCL_SPLIT_NOCOLOR) return OkStatus();
+  std::vector<int> members;
+  for (int r = 0; r < parent->nranks; ++r)
+    if (all[r].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
+  int childRank = int(std::find(members.begin(), members.end(), parent->rank) - members.begin());
+  return makeChild(parent, std::move(members), childRank, childHash, cfg, out);
+}
+
+Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclComm** out, const CommConfig& cfg,
+                  int flags) {
+  *out = nullptr;
+  std::vector<bool> excluded(parent->nranks, false);
+  for (int i = 0; i < excludeCount; ++i) {
+    if (exclude[i] < 0 || exclude[i] >= parent->nranks)
+      return InvalidArgument("excludeRanksList[%d] = %d is not a rank of the communicator (nranks %d)", i,
+                             exclude[i], parent->nranks);
+    excluded[exclude[i]] = true;
+  }
+  if (excluded[parent->rank]) return InvalidArgument("rank %d is in its own exclude list", parent->rank);
+  if (flags & NCCL_SHRINK_ABORT) {
+    // Stop the parent's in-flight work first; its connections are poisoned for good.
+    commSetError(parent, RemoteError("rank %d: communicator shrunk with NCCL_SHRINK_ABORT", parent->rank));
+  }
+  std::vector<int> members;
+  for (int r = 0; r < parent->nranks; ++r)
+    if (!excluded[r]) members.push_back(r);
+  int childRank = int(std::find(members.begin(), members.end(), parent->rank) - members.begin());
+  // Survivors agree on the hash without talking: derive it from the member list.
+  uint64_t h = parent->commHash;
+  for (int m : members) h = (h ^ uint64_t(m)) * 0x100000001b3ull;
+  return makeChild(parent, std::move(members), childRank, h ^ 0x5348524e4bull, cfg, out);
+}
+
+Status checkComm(ncclComm* comm, bool requireReady) {
+  if (comm == nullptr) return InvalidArgument("comm argument is NULL");
+  if (comm->magic != ncclComm::kMagic) return InvalidArgument("comm argument %p is not a valid communicator", (void*)comm);
+  if (!requireReady) return OkStatus();
+  // A non-blocking init may still be running: collectives wait for it.
+  while (comm->state.load() == int(CommState::kInitializing)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  int state = comm->state.load();
+  if (state == int(CommState::kFailed)) {
+    std::lock_guard<std::mutex> lock(comm->errorMutex);
+    return Status(static_cast<ncclResult_t>(comm->asyncError.load()),
+                  "communicator is in error state: " + comm->asyncErrorText);
+  }
+  if (state == int(CommState::kRevoked)) return InvalidUsage("communicator was revoked");
+  if (state == int(CommState::kFinalized)) return InvalidUsage("communicator was finalized");
+  return OkStatus();
+}
+
+void commSetError(ncclComm* comm, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(comm->errorMutex);
+    if (comm->asyncError.load() != ncclSuccess) return;
+    comm->asyncErrorText = status.message();
+    comm->asyncError.store(status.code() == ncclSuccess ? ncclInternalError : status.code());
+    comm->state.store(int(CommState::kFailed));
+  }
+  // Peers blocked on us fail now rather than at their timeout.
+  for (auto& c : comm->sendConn)
+    if (c) c->poison(uint32_t(status.code()));
+  for (auto& c : comm->recvConn)
+    if (c) c->poison(uint32_t(status.code()));
+}
+
+Status commConnect(ncclComm* comm, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
+  const PeerInfo& self = comm->peers[comm->rank];
+  auto request = [&](int peer) {
+    return ConnRequest{comm->commHash, comm->rank, peer, comm->nsteps, comm->slotBytes, &self, &comm->peers[peer]};
+  };
+  // Receivers create and announce first (the sends are buffered), then senders attach:
+  // no rank waits before it has announced everything its peers wait for.
+  for (int peer : recvPeers) {
+    if (comm->recvConn[peer]) continue;
+    if (peer == comm->rank) return InternalError("schedule receives from its own rank %d", peer);
+    SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[peer], self));
+    ConnBlob blob{};
+    SNCCL_ASSIGN_OR_RETURN(comm->recvConn[peer], t->createRecv(request(peer), &blob));
+    SNCCL_TRY(comm->bootstrap->send(peer, kTagConnect, &blob, sizeof blob));
+    SN_INFO(log::kInit, "Channel 00 : %d[%d] -> %d[%d] via %s", peer, comm->peers[peer].cudaDev, comm->rank,
+            self.cudaDev, t->name);
+  }
+  for (int peer : sendPeers) {
+    if (comm->sendConn[peer]) continue;
+    if (peer == comm->rank) return InternalError("schedule sends to its own rank %d", peer);
+    ConnBlob blob{};
+    SNCCL_TRY(comm->bootstrap->recv(peer, kTagConnect, &blob, sizeof blob));
+    blob.transport[sizeof blob.transport - 1] = '\0';
+    const TransportDef* t = findTransport(blob.transport);
+    if (t == nullptr) return InternalError("rank %d offered unknown transport '%s'", peer, blob.transport);
+    SNCCL_ASSIGN_OR_RETURN(comm->sendConn[peer], t->connectSend(request(peer), blob));
+  }
+  return OkStatus();
+}
+
+Status commFinalize(ncclComm* comm) {
+  std::unique_lock<std::mutex> lock(comm->orderMutex);
+  while (comm->ticketsDone.load() != comm->ticketsIssued) comm->orderCv.wait_for(lock, std::chrono::milliseconds(10));
+  int expected = int(CommState::kReady);
+  comm->state.compare_exchange_strong(expected, int(CommState::kFinalized));
+  return OkStatus();
+}
+
+void commFree(ncclComm* comm) {
+  if (comm->initThread.joinable()) comm->initThread.join();
+  {
+    // Queued host-stream work still references the communicator.
+    std::unique_lock<std::mutex> lock(comm->orderMutex);
+    while (comm->ticketsDone.load() != comm->ticketsIssued)
+      comm->orderCv.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  comm->magic = 0;
+  delete comm;
+}
+
+void commAbort(ncclComm* comm) {
+  comm->abortFlag.store(true);
+  if (comm->bootstrap) comm->bootstrap->abort();
+  // Connections may be mid-creation in the init thread; poison only after it is gone.
+  if (comm->initThread.joinable()) comm->initThread.join();
+  commSetError(comm, RemoteError("rank %d aborted the communicator", comm->rank));
+  commFree(comm);
+}
+
+}  // namespace snccl

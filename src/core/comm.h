@@ -1,0 +1,131 @@
+// The communicator: identity, peers, connections, ordering of operations and error state.
+//
+// Invariants between ranks: every rank of a communicator issues collectives in the same
+// order (NCCL's rule); the k-th collective on every rank carries sequence number k, and
+// its signature travels with each message so a mismatch is reported, not silently mixed.
+// Connections are created in pairs, lazily, during the first operation that needs them;
+// both ends reach that operation, so the handshake cannot wait on a rank that never comes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/kernels/reduce.h"
+#include "collectives/schedule.h"
+#include "common/status.h"
+#include "core/bootstrap.h"
+#include "snccl/nccl.h"
+#include "transport/connection.h"
+#include "transport/transport.h"
+
+namespace snccl {
+
+struct CommConfig {
+  bool blocking = true;
+  std::string name;
+  int cudaDev = -1;
+};
+
+// Parses a user ncclConfig_t honouring its size and version (older callers keep working).
+Status parseConfig(const ncclConfig_t* user, CommConfig* out);
+
+struct AlgorithmDef;
+
+struct ScheduleCacheEntry {
+  CollArgs args;
+  const AlgorithmDef* alg = nullptr;
+  std::shared_ptr<const Schedule> sched;
+};
+
+enum class CommState : int { kInitializing, kReady, kFailed, kRevoked, kFinalized };
+
+// A user-created PreMulSum operator (ncclRedOpCreatePreMulSum).
+struct PreMulOp {
+  bool live = false;
+  ncclDataType_t dt = ncclFloat32;
+  ncclScalarResidence_t residence = ncclScalarHostImmediate;
+  unsigned char value[8] = {};   // ScalarHostImmediate: read at creation
+  const void* ptr = nullptr;     // ScalarDevice: read when the operation runs
+};
+
+}  // namespace snccl
+
+struct ncclComm {
+  uint64_t magic = kMagic;
+  static constexpr uint64_t kMagic = 0x736e63636c636f6dull;  // "snccl com"
+
+  int rank = 0;
+  int nranks = 0;
+  int localRanks = 1;  // ranks on this node (same host hash)
+  snccl::CommConfig config;
+  std::unique_ptr<snccl::Bootstrap> bootstrap;
+  std::vector<snccl::PeerInfo> peers;
+  uint64_t commHash = 0;
+
+  // Connections by peer rank, created lazily; touched only by the thread that currently
+  // executes this communicator's operations (see the ticket below).
+  std::vector<std::unique_ptr<snccl::Connection>> sendConn;
+  std::vector<std::unique_ptr<snccl::Connection>> recvConn;
+  uint32_t nsteps = 8;
+  uint32_t slotBytes = 0;
+  int64_t timeoutNs = 0;  // 0: no limit
+  int64_t spinUs = 0;
+
+  std::atomic<bool> abortFlag{false};
+  std::atomic<int> state{static_cast<int>(snccl::CommState::kInitializing)};
+  std::atomic<int> asyncError{ncclSuccess};
+  std::string asyncErrorText;  // guarded by errorMutex
+  std::mutex errorMutex;
+  std::thread initThread;      // non-blocking init
+
+  // Operations execute in issue order: issue() hands out tickets, runners wait for theirs.
+  std::mutex orderMutex;
+  std::condition_variable orderCv;
+  uint64_t ticketsIssued = 0;
+  std::atomic<uint64_t> ticketsDone{0};
+  uint64_t collSeq = 0;  // collectives issued; the basis of operation signatures
+
+  std::mutex redOpMutex;
+  std::vector<snccl::PreMulOp> preMulOps;  // index i is ncclRedOp_t(ncclNumOps + i)
+
+  // Recently generated schedules, reused by identical calls (training loops and
+  // benchmarks repeat the same shapes); guarded by cacheMutex.
+  std::mutex cacheMutex;
+  std::vector<snccl::ScheduleCacheEntry> scheduleCache;
+  size_t cacheNext = 0;
+  uint64_t splitCount = 0;
+};
+
+namespace snccl {
+
+// Creates the communicator object for a rank and runs (or starts, when non-blocking) init.
+Status commInitRank(ncclComm** out, int nranks, const ncclUniqueId& id, int rank, const CommConfig& cfg);
+// Derives a child communicator over `members` (child rank i = parent rank members[i]).
+Status commSplit(ncclComm* parent, int color, int key, ncclComm** out, const CommConfig& cfg);
+Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclComm** out, const CommConfig& cfg,
+                  int flags);
+// Waits for outstanding operations, then a barrier with the peers.
+Status commFinalize(ncclComm* comm);
+// Frees local resources; never waits on peers.
+void commFree(ncclComm* comm);
+// Stops in-flight operations, poisons connections so peers fail fast, frees. Never waits on peers.
+void commAbort(ncclComm* comm);
+
+// Checks a handle from the user: non-null, ours, initialised (waits for a non-blocking
+// init to finish) and not failed.
+Status checkComm(ncclComm* comm, bool requireReady = true);
+
+// Records a fatal error on the communicator (first one wins) and poisons its connections.
+void commSetError(ncclComm* comm, const Status& status);
+
+// Ensures send connections to `sendPeers` and receive connections from `recvPeers` exist
+// (handshake over the bootstrap; both ends call it during the same operation).
+Status commConnect(ncclComm* comm, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+
+}  // namespace snccl

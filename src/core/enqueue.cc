@@ -1,0 +1,303 @@
+// Group recording, argument checks, ExecOp building and launch.
+#include "core/enqueue.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "collectives/algorithm.h"
+#include "collectives/kernels/reduce.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "core/comm.h"
+#include "core/executor.h"
+#include "core/signature.h"
+#include "core/stream.h"
+
+namespace snccl {
+
+namespace {
+
+// NCCL's group state is per thread by definition (ncclGroupStart/End nest per thread).
+struct GroupState {
+  int depth = 0;
+  std::vector<PendingOp> ops;
+};
+thread_local GroupState tGroup;
+
+bool isRooted(CollKind c) {
+  return c == CollKind::kBroadcast || c == CollKind::kReduce || c == CollKind::kGather || c == CollKind::kScatter;
+}
+bool isReduction(CollKind c) {
+  return c == CollKind::kAllReduce || c == CollKind::kReduce || c == CollKind::kReduceScatter;
+}
+
+Status checkOp(const PendingOp& op, const char* call) {
+  SNCCL_TRY(checkComm(op.comm));
+  ncclComm* comm = op.comm;
+  if (op.dt < 0 || op.dt >= ncclNumTypes) return InvalidArgument("%s: invalid data type %d", call, int(op.dt));
+  if (isReduction(op.coll)) {
+    if (op.op < 0) return InvalidArgument("%s: invalid reduction operation %d", call, int(op.op));
+    if (op.op >= ncclNumOps) {
+      std::lock_guard<std::mutex> lock(comm->redOpMutex);
+      size_t idx = size_t(op.op) - ncclNumOps;
+      if (idx >= comm->preMulOps.size() || !comm->preMulOps[idx].live)
+        return InvalidArgument("%s: invalid reduction operation %d (not created on this communicator)", call,
+                               int(op.op));
+      if (comm->preMulOps[idx].dt != op.dt)
+        return InvalidArgument("%s: PreMulSum operation %d was created for %s, used with %s", call, int(op.op),
+                               kernels::typeName(comm->preMulOps[idx].dt), kernels::typeName(op.dt));
+    }
+  }
+  if (isRooted(op.coll) && (op.root < 0 || op.root >= comm->nranks))
+    return InvalidArgument("%s: invalid root %d (nranks %d)", call, op.root, comm->nranks);
+  if (op.coll == CollKind::kSendRecv && (op.peer < 0 || op.peer >= comm->nranks))
+    return InvalidArgument("%s: invalid peer %d (nranks %d)", call, op.peer, comm->nranks);
+  size_t es = kernels::typeSize(op.dt);
+  if (op.count > (SIZE_MAX / 2) / es / size_t(comm->nranks))
+    return InvalidArgument("%s: count %zu is too large", call, op.count);
+  if (op.count > 0) {
+    bool needSend = op.coll != CollKind::kSendRecv || op.isSend;
+    bool needRecv = op.coll != CollKind::kSendRecv || !op.isSend;
+    bool rootOnlyRecv = op.coll == CollKind::kReduce || op.coll == CollKind::kGather;
+    bool rootOnlySend = op.coll == CollKind::kScatter;
+    if (needSend && op.sendbuff == nullptr && !(rootOnlySend && comm->rank != op.root))
+      return InvalidArgument("%s: sendbuff is NULL", call);
+    if (needRecv && op.recvbuff == nullptr && !(rootOnlyRecv && comm->rank != op.root))
+      return InvalidArgument("%s: recvbuff is NULL", call);
+  }
+  if (op.stream != nullptr && lookupStream(op.stream) == nullptr)
+    return InvalidUsage("%s: stream %p is not an snccl host stream (sncclStreamCreate); CUDA streams need a "
+                        "CUDA build of snccl, which this is not",
+                        call, (void*)op.stream);
+  return OkStatus();
+}
+
+bool inPlace(const PendingOp& op, int rank, size_t es) {
+  auto s = static_cast<const char*>(op.sendbuff);
+  auto r = static_cast<const char*>(op.recvbuff);
+  size_t blk = op.count * es;
+  switch (op.coll) {
+    case CollKind::kReduceScatter:
+      return s != nullptr && s + rank * blk == r;
+    case CollKind::kAllGather:
+      return r != nullptr && r + rank * blk == s;
+    case CollKind::kGather:
+      return rank == op.root && r != nullptr && r + op.root * blk == s;
+    case CollKind::kScatter:
+      return rank == op.root && s != nullptr && s + op.root * blk == r;
+    default:
+      return s == r;
+  }
+}
+
+kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
+  kernels::RedOpSpec spec;
+  if (op < ncclNumOps) {
+    spec.base = op == ncclAvg ? ncclSum : op;
+    spec.divisor = op == ncclAvg ? uint32_t(comm->nranks) : 0;
+    return spec;
+  }
+  std::lock_guard<std::mutex> lock(comm->redOpMutex);
+  const PreMulOp& p = comm->preMulOps[size_t(op) - ncclNumOps];
+  spec.base = ncclSum;
+  spec.hasScalar = true;
+  size_t es = kernels::typeSize(p.dt);
+  // ncclScalarDevice: the scalar is read when the operation is launched.
+  std::memcpy(spec.scalar, p.residence == ncclScalarHostImmediate ? p.value : p.ptr, es);
+  return spec;
+}
+
+const AlgorithmDef* chooseAlgorithm(CollKind coll) {
+  const std::string& forced = params::getString(params::Id::Algo);
+  if (!forced.empty()) {
+    if (const AlgorithmDef* a = findAlgorithm(coll, forced.c_str())) return a;
+  }
+  return defaultAlgorithm(coll);
+}
+
+Result<std::shared_ptr<const Schedule>> cachedSchedule(ncclComm* comm, const CollArgs& args) {
+  const AlgorithmDef* alg = chooseAlgorithm(args.coll);
+  if (alg == nullptr) return InternalError("no algorithm implements %s", collName(args.coll));
+  std::lock_guard<std::mutex> lock(comm->cacheMutex);
+  for (const ScheduleCacheEntry& e : comm->scheduleCache)
+    if (e.alg == alg && e.args.coll == args.coll && e.args.count == args.count && e.args.root == args.root &&
+        e.args.chunkElems == args.chunkElems && e.args.inPlace == args.inPlace)
+      return e.sched;
+  auto sched = std::make_shared<Schedule>();
+  ChannelPlan plan;
+  SNCCL_TRY(alg->generate(args, plan, sched.get()));
+  constexpr size_t kCacheSize = 16;
+  ScheduleCacheEntry entry{args, alg, sched};
+  if (comm->scheduleCache.size() < kCacheSize) {
+    comm->scheduleCache.push_back(std::move(entry));
+  } else {
+    comm->scheduleCache[comm->cacheNext] = std::move(entry);
+    comm->cacheNext = (comm->cacheNext + 1) % kCacheSize;
+  }
+  return std::shared_ptr<const Schedule>(sched);
+}
+
+Status bindBuffers(ExecOp* e, void* input, void* output) {
+  e->bufs.resize(e->sched->bufs.size());
+  for (size_t i = 0; i < e->sched->bufs.size(); ++i) {
+    const BufDesc& d = e->sched->bufs[i];
+    if (d.role == BufRole::kInput) e->bufs[i] = static_cast<char*>(input);
+    if (d.role == BufRole::kOutput) e->bufs[i] = static_cast<char*>(output);
+    if (d.role == BufRole::kScratch) {
+      e->scratch.resize(d.elems * e->elemSize);
+      e->bufs[i] = e->scratch.data();
+    }
+  }
+  return OkStatus();
+}
+
+Result<ExecOp> buildCollective(const PendingOp& p) {
+  ncclComm* comm = p.comm;
+  ExecOp e;
+  e.dt = p.dt;
+  e.elemSize = kernels::typeSize(p.dt);
+  e.coll = p.coll;
+  e.count = p.count;
+  e.root = isRooted(p.coll) ? p.root : -1;
+  e.userOp = isReduction(p.coll) ? p.op : ncclSum;
+  e.seq = comm->collSeq++;
+  e.sig = makeSignature(e.seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
+                        std::max(e.root, 0), p.count);
+  if (isReduction(p.coll)) e.op = resolveOp(comm, p.op);
+  CollArgs args;
+  args.coll = p.coll;
+  args.rank = comm->rank;
+  args.nranks = comm->nranks;
+  args.count = p.count;
+  args.root = isRooted(p.coll) ? p.root : 0;
+  args.chunkElems = comm->slotBytes / e.elemSize;
+  args.inPlace = inPlace(p, comm->rank, e.elemSize);
+  SNCCL_ASSIGN_OR_RETURN(e.sched, cachedSchedule(comm, args));
+  SNCCL_TRY(bindBuffers(&e, const_cast<void*>(p.sendbuff), p.recvbuff));
+  return e;
+}
+
+// All sends and receives of one communicator in a group become one schedule, counted
+// in bytes so that different datatypes can mix.
+Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops) {
+  ExecOp e;
+  e.dt = ncclUint8;
+  e.elemSize = 1;
+  e.coll = CollKind::kSendRecv;
+  e.seq = comm->collSeq;
+  std::vector<P2POp> p2p;
+  p2p.reserve(ops.size());
+  for (const PendingOp* p : ops) p2p.push_back({p->isSend, p->peer, p->count * kernels::typeSize(p->dt)});
+  auto sched = std::make_shared<Schedule>();
+  SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->slotBytes, sched.get()));
+  e.sched = sched;
+  if (sched->bufs.size() != ops.size()) return InternalError("p2p schedule has %zu buffers for %zu operations",
+                                                              sched->bufs.size(), ops.size());
+  e.bufs.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i)
+    e.bufs[i] = ops[i]->isSend ? static_cast<char*>(const_cast<void*>(ops[i]->sendbuff))
+                               : static_cast<char*>(ops[i]->recvbuff);
+  return e;
+}
+
+// Builds one runner per communicator for the operations of one stream.
+Status buildRunners(const std::vector<const PendingOp*>& ops, std::vector<std::unique_ptr<CommRunner>>* out) {
+  std::vector<ncclComm*> comms;
+  for (const PendingOp* p : ops)
+    if (std::find(comms.begin(), comms.end(), p->comm) == comms.end()) comms.push_back(p->comm);
+  std::vector<std::vector<ExecOp>> execs(comms.size());
+  for (size_t c = 0; c < comms.size(); ++c) {
+    std::vector<const PendingOp*> p2p;
+    for (const PendingOp* p : ops) {
+      if (p->comm != comms[c]) continue;
+      if (p->coll == CollKind::kSendRecv) {
+        p2p.push_back(p);
+        continue;
+      }
+      SNCCL_ASSIGN_OR_RETURN(ExecOp e, buildCollective(*p));
+      execs[c].push_back(std::move(e));
+    }
+    if (!p2p.empty()) {
+      SNCCL_ASSIGN_OR_RETURN(ExecOp e, buildP2P(comms[c], p2p));
+      execs[c].push_back(std::move(e));
+    }
+  }
+  for (size_t c = 0; c < comms.size(); ++c) {
+    uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(comms[c]->orderMutex);
+      ticket = comms[c]->ticketsIssued++;
+    }
+    out->push_back(std::make_unique<CommRunner>(comms[c], std::move(execs[c]), ticket));
+  }
+  return OkStatus();
+}
+
+Status runOwned(std::vector<std::unique_ptr<CommRunner>>& runners) {
+  std::vector<CommRunner*> ptrs;
+  for (auto& r : runners) ptrs.push_back(r.get());
+  return runRunners(ptrs);
+}
+
+Status launch(std::vector<PendingOp> ops) {
+  // Streams in first-use order; each gets the group's operations that use it.
+  std::vector<cudaStream_t> streams;
+  for (const PendingOp& p : ops)
+    if (std::find(streams.begin(), streams.end(), p.stream) == streams.end()) streams.push_back(p.stream);
+  Status first;
+  for (cudaStream_t s : streams) {
+    std::vector<const PendingOp*> mine;
+    for (const PendingOp& p : ops)
+      if (p.stream == s) mine.push_back(&p);
+    auto runners = std::make_shared<std::vector<std::unique_ptr<CommRunner>>>();
+    Status st = buildRunners(mine, runners.get());
+    if (st.ok()) {
+      if (s == nullptr) {
+        st = runOwned(*runners);
+      } else {
+        lookupStream(s)->enqueue([runners] { return runOwned(*runners); });
+      }
+    }
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+}  // namespace
+
+Status enqueue(const PendingOp& op, const char* call) {
+  SNCCL_TRY(checkOp(op, call));
+  if (tGroup.depth > 0) {
+    tGroup.ops.push_back(op);
+    return OkStatus();
+  }
+  std::vector<PendingOp> one{op};
+  return launch(std::move(one));
+}
+
+Status groupStart() {
+  ++tGroup.depth;
+  return OkStatus();
+}
+
+Status groupEnd() {
+  if (tGroup.depth == 0) return InvalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tGroup.depth > 0) return OkStatus();
+  std::vector<PendingOp> ops = std::move(tGroup.ops);
+  tGroup.ops.clear();
+  if (ops.empty()) return OkStatus();
+  return launch(std::move(ops));
+}
+
+size_t groupDiscard() {
+  size_t n = tGroup.ops.size();
+  tGroup.ops.clear();
+  if (tGroup.depth > 0) --tGroup.depth;
+  return n;
+}
+
+int groupDepth() { return tGroup.depth; }
+
+}  // namespace snccl

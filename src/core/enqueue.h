@@ -1,0 +1,42 @@
+// Enqueue: NCCL's group semantics and the launch of operations.
+//
+// Calls between ncclGroupStart/End are recorded per thread (NCCL's group depth is
+// thread-local) and launched at the outermost ncclGroupEnd; a call outside a group is a
+// group of one. At launch, operations are grouped by stream, then by communicator: the
+// collectives of a communicator run in call order, followed by all its sends and receives
+// merged into one schedule (so pairs in any order complete). A NULL stream runs the group
+// now on the calling thread; a host stream queues it on the stream's worker.
+#pragma once
+
+#include "collectives/schedule.h"
+#include "common/status.h"
+#include "snccl/nccl.h"
+
+struct ncclComm;
+
+namespace snccl {
+
+struct PendingOp {
+  ncclComm* comm = nullptr;
+  cudaStream_t stream = nullptr;
+  CollKind coll = CollKind::kAllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;
+  ncclDataType_t dt = ncclFloat32;
+  ncclRedOp_t op = ncclSum;
+  int root = 0;
+  int peer = -1;        // kSendRecv
+  bool isSend = false;  // kSendRecv
+};
+
+// Checks the arguments (InvalidArgument leaves the communicator usable), then runs the op
+// or records it in the current group.
+Status enqueue(const PendingOp& op, const char* call);
+Status groupStart();
+Status groupEnd();
+// Drops the current group's operations (ncclGroupSimulateEnd) and returns how many there were.
+size_t groupDiscard();
+int groupDepth();
+
+}  // namespace snccl

@@ -1,0 +1,291 @@
+// Executor: step execution, blocking detection, sleeping and failure reporting.
+#include "core/executor.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "collectives/kernels/reduce.h"
+#include "common/log.h"
+#include "common/wait.h"
+#include "core/signature.h"
+
+namespace snccl {
+
+namespace {
+constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds reaction time
+constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
+constexpr int64_t kYieldUs = 500;
+
+bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy; }
+bool primSends(Prim p) {
+  return p == Prim::kSend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
+         p == Prim::kRecvCopySend;
+}
+}  // namespace
+
+std::string ExecOp::describe() const {
+  if (coll == CollKind::kSendRecv) return format("send/recv group #%llu", (unsigned long long)seq);
+  return format("%s #%llu (count %zu, %s, %s, root %d)", collName(coll), (unsigned long long)seq, count,
+                kernels::typeName(dt), userOp < ncclNumOps ? kernels::opName(userOp) : "premulsum", root);
+}
+
+CommRunner::CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket)
+    : comm_(comm), ops_(std::move(ops)), ticket_(ticket) {}
+
+void CommRunner::neededPeers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const {
+  for (const ExecOp& op : ops_)
+    for (const Lane& lane : op.sched->lanes)
+      for (const Step& st : lane.steps) {
+        if (primSends(st.prim)) sendPeers->push_back(st.sendPeer);
+        if (primReceives(st.prim)) recvPeers->push_back(st.recvPeer);
+      }
+  for (auto* v : {sendPeers, recvPeers}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+}
+
+Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
+  const size_t bytes = st.count * op.elemSize;
+  Connection* rc = nullptr;
+  Connection* sc = nullptr;
+  const char* in = nullptr;
+  char* out = nullptr;
+  if (primReceives(st.prim)) {
+    rc = comm_->recvConn[st.recvPeer].get();
+    uint32_t got = 0;
+    uint64_t sig = 0;
+    in = rc->tryRecvSlot(&got, &sig);
+    if (in == nullptr) {
+      if (blockedConn_ == nullptr) blockedConn_ = rc, blockedSender_ = false;
+      return false;
+    }
+    if (got != bytes || sig != op.sig) return mismatchError(comm_, op, st.recvPeer, got, bytes, sig);
+  }
+  if (primSends(st.prim)) {
+    sc = comm_->sendConn[st.sendPeer].get();
+    out = sc->trySendSlot();
+    if (out == nullptr) {
+      if (blockedConn_ == nullptr) blockedConn_ = sc, blockedSender_ = true;
+      return false;
+    }
+  }
+  const size_t es = op.elemSize;
+  char* src = op.bufs[st.src.buf] + st.src.offset * es;
+  char* dst = op.bufs[st.dst.buf] + st.dst.offset * es;
+  // PreMulSum scales each rank's own contribution exactly once: when it is read from
+  // the user's input buffer.
+  const bool scale = op.sched->reduces && op.sched->bufs[st.src.buf].role == BufRole::kInput;
+  switch (st.prim) {
+    case Prim::kSend:
+      kernels::copy(out, src, st.count, op.dt, op.op, scale, false);
+      break;
+    case Prim::kRecv:
+      std::memcpy(dst, in, bytes);
+      break;
+    case Prim::kRecvReduceSend:
+      kernels::reduce(out, in, src, st.count, op.dt, op.op, scale, false);
+      break;
+    case Prim::kRecvReduceCopy:
+      kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      break;
+    case Prim::kRecvReduceCopySend:
+      kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      std::memcpy(out, dst, bytes);
+      break;
+    case Prim::kRecvCopySend:
+      std::memcpy(dst, in, bytes);
+      std::memcpy(out, dst, bytes);
+      break;
+    case Prim::kCopy:
+      kernels::copy(dst, src, st.count, op.dt, op.op, scale, st.final);
+      break;
+  }
+  if (sc != nullptr) sc->post(static_cast<uint32_t>(bytes), op.sig);
+  if (rc != nullptr) rc->release();
+  return true;
+}
+
+Result<bool> CommRunner::progress() {
+  moved_ = false;
+  while (opIndex_ < ops_.size()) {
+    ExecOp& op = ops_[opIndex_];
+    if (!started_) {
+      laneStep_.assign(op.sched->lanes.size(), 0);
+      opStartNs_ = Backoff::nowNs();
+      started_ = true;
+    }
+    blockedConn_ = nullptr;
+    bool allDone = true;
+    for (size_t l = 0; l < op.sched->lanes.size(); ++l) {
+      const std::vector<Step>& steps = op.sched->lanes[l].steps;
+      size_t& i = laneStep_[l];
+      while (i < steps.size()) {
+        Result<bool> r = tryStep(op, steps[i]);
+        if (!r.ok()) return r.status();
+        if (!r.value()) break;
+        ++i;
+        moved_ = true;
+      }
+      if (i < steps.size()) allDone = false;
+    }
+    if (!allDone) return false;
+    ++opIndex_;
+    started_ = false;
+  }
+  return true;
+}
+
+Status CommRunner::checkBlocked() {
+  ExecOp& op = ops_[opIndex_];
+  if (comm_->abortFlag.load(std::memory_order_relaxed))
+    return RemoteError("%s: rank %d: the communicator was aborted", op.describe().c_str(), comm_->rank);
+  int64_t now = Backoff::nowNs();
+  if (blockedConn_ != nullptr) {
+    int peer = blockedConn_->peer();
+    const PeerInfo& pi = comm_->peers[peer];
+    if (uint32_t code = blockedConn_->poisoned())
+      return RemoteError("%s: rank %d: rank %d (pid %d, host %s) failed or aborted (its error: %s)",
+                         op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
+                         ncclGetErrorString(static_cast<ncclResult_t>(code)));
+    if (blockedConn_->peerPid() != 0 && now - lastLivenessCheckNs_ > kLivenessPeriodNs) {
+      lastLivenessCheckNs_ = now;
+      if (kill(blockedConn_->peerPid(), 0) != 0 && errno == ESRCH)
+        return RemoteError("%s: rank %d: rank %d (pid %d, host %s) exited while this rank waited for %s it",
+                           op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
+                           blockedSender_ ? "a free slot (credit) from" : "data from");
+    }
+  }
+  if (comm_->timeoutNs > 0 && now - opStartNs_ > comm_->timeoutNs) {
+    if (blockedConn_ == nullptr)
+      return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT)", op.describe().c_str(), comm_->rank,
+                         (long long)(comm_->timeoutNs / 1000000000));
+    int peer = blockedConn_->peer();
+    return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT) waiting for %s rank %d (pid %d, "
+                       "host %s) on its %s connection at message %llu",
+                       op.describe().c_str(), comm_->rank, (long long)(comm_->timeoutNs / 1000000000),
+                       blockedSender_ ? "a free slot (credit) from" : "data from", peer, comm_->peers[peer].pid,
+                       comm_->peers[peer].hostname, blockedConn_->transport(),
+                       (unsigned long long)blockedConn_->step());
+  }
+  return OkStatus();
+}
+
+Status CommRunner::sleepOnBlocked() {
+  SNCCL_TRY(checkBlocked());
+  if (blockedConn_ != nullptr) {
+    blockedConn_->sleep(blockedSender_, kSleepSliceUs);
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return checkBlocked();
+}
+
+namespace {
+
+// Waits (bounded by each comm's deadline) until every runner holds its ticket, so
+// operations on one communicator run in issue order whatever stream they came from.
+Status acquireTickets(std::span<CommRunner*> runners) {
+  for (CommRunner* r : runners) {
+    ncclComm* c = r->comm();
+    std::unique_lock<std::mutex> lock(c->orderMutex);
+    int64_t start = Backoff::nowNs();
+    while (c->ticketsDone.load() != r->ticket()) {
+      if (c->abortFlag.load()) return RemoteError("rank %d: the communicator was aborted", c->rank);
+      if (c->timeoutNs > 0 && Backoff::nowNs() - start > c->timeoutNs)
+        return RemoteError("rank %d: timed out waiting for earlier operations on the communicator", c->rank);
+      c->orderCv.wait_for(lock, std::chrono::milliseconds(10));
+    }
+  }
+  return OkStatus();
+}
+
+// Sets up missing connections. Several communicators driven by one thread connect in
+// parallel threads: their handshakes wait on each other.
+Status connectAll(std::span<CommRunner*> runners) {
+  std::vector<Status> results(runners.size());
+  auto connectOne = [&](size_t i) {
+    std::vector<int> sendPeers, recvPeers;
+    runners[i]->neededPeers(&sendPeers, &recvPeers);
+    results[i] = commConnect(runners[i]->comm(), sendPeers, recvPeers);
+  };
+  if (runners.size() == 1) {
+    connectOne(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < runners.size(); ++i) threads.emplace_back(connectOne, i);
+    for (auto& t : threads) t.join();
+  }
+  for (const Status& s : results) SNCCL_TRY(s);
+  return OkStatus();
+}
+
+Status runLoop(std::span<CommRunner*> runners) {
+  std::vector<bool> done(runners.size(), false);
+  int64_t spin = runners.empty() ? 0 : runners[0]->comm()->spinUs;
+  Backoff backoff(spin, kYieldUs);
+  size_t remaining = runners.size();
+  while (remaining > 0) {
+    bool moved = false;
+    for (size_t i = 0; i < runners.size(); ++i) {
+      if (done[i]) continue;
+      Result<bool> r = runners[i]->progress();
+      if (!r.ok()) return r.status();
+      moved |= runners[i]->moved();
+      if (r.value()) {
+        done[i] = true;
+        --remaining;
+      }
+    }
+    if (remaining == 0) break;
+    if (moved) {
+      backoff.reset();
+      continue;
+    }
+    if (backoff.idle() == Backoff::Phase::kSleep) {
+      for (size_t i = 0; i < runners.size(); ++i)
+        if (!done[i]) {
+          SNCCL_TRY(runners[i]->sleepOnBlocked());
+          break;
+        }
+    }
+  }
+  return OkStatus();
+}
+
+void finishTickets(std::span<CommRunner*> runners) {
+  for (CommRunner* r : runners) {
+    ncclComm* c = r->comm();
+    std::lock_guard<std::mutex> lock(c->orderMutex);
+    c->ticketsDone.fetch_add(1);
+    c->orderCv.notify_all();
+  }
+}
+
+}  // namespace
+
+Status runRunners(std::span<CommRunner*> runners) {
+  Status st = acquireTickets(runners);
+  if (st.ok()) {
+    for (CommRunner* r : runners) {
+      Status s = checkComm(r->comm());
+      if (!s.ok()) {
+        st = s;
+        break;
+      }
+    }
+  }
+  if (st.ok()) st = connectAll(runners);
+  if (st.ok()) st = runLoop(runners);
+  // A failure in a group is fatal to every communicator of the group (NCCL semantics).
+  if (!st.ok())
+    for (CommRunner* r : runners) commSetError(r->comm(), st);
+  finishTickets(runners);
+  return st;
+}
+
+}  // namespace snccl

@@ -1,0 +1,80 @@
+// Executor: runs Schedules over a communicator's connections on the calling thread.
+//
+// A CommRunner drives the operations of one communicator, one after the other; inside an
+// operation every lane advances independently and a step runs only when all it needs is
+// there (a message to receive, a free slot to send into), so grouped sends and receives
+// in any order cannot deadlock. Several runners (one thread driving several ranks, as in
+// ncclCommInitAll + ncclGroupStart/End) are interleaved by runRunners(). When nothing can
+// move, the thread spins, then yields, then sleeps on the connection it waits for; every
+// sleep is bounded so deadlines, aborts, poisoned connections and dead peers are noticed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/kernels/reduce.h"
+#include "collectives/schedule.h"
+#include "common/status.h"
+#include "core/comm.h"
+
+namespace snccl {
+
+struct ExecOp {
+  std::shared_ptr<const Schedule> sched;  // shared with the communicator's schedule cache
+  std::vector<char*> bufs;                // pointer bound to each sched->bufs entry
+  std::vector<char> scratch;              // backing store of a kScratch buffer, if any
+  ncclDataType_t dt = ncclFloat32;
+  size_t elemSize = 4;
+  kernels::RedOpSpec op;
+  uint64_t sig = 0;  // operation signature carried by every message (0: p2p, unchecked)
+  // For messages only (formatted on error, never on the hot path).
+  CollKind coll = CollKind::kAllReduce;
+  uint64_t seq = 0;
+  size_t count = 0;
+  int root = -1;
+  ncclRedOp_t userOp = ncclSum;
+
+  std::string describe() const;  // "AllReduce #12 (count 1024, float, sum, root -1)"
+};
+
+class CommRunner {
+ public:
+  CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket);
+
+  ncclComm* comm() const { return comm_; }
+  // Makes all the progress possible without waiting. Returns true when every op is done.
+  Result<bool> progress();
+  // Called when progress() moved nothing for a while: sleeps on what the current op waits
+  // for (bounded) and checks deadline, abort and peer liveness.
+  Status sleepOnBlocked();
+  // Connections the ops need (both ends call this during the same ops).
+  void neededPeers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const;
+  // Whether the last progress() call executed at least one step.
+  bool moved() const { return moved_; }
+  uint64_t ticket() const { return ticket_; }
+
+ private:
+  Result<bool> tryStep(ExecOp& op, const Step& st);
+  Status checkBlocked();
+
+  ncclComm* comm_;
+  std::vector<ExecOp> ops_;
+  uint64_t ticket_;
+  size_t opIndex_ = 0;
+  bool started_ = false;
+  bool moved_ = false;
+  std::vector<size_t> laneStep_;
+  int64_t opStartNs_ = 0;
+  // What the first blocked lane waits for: a connection and which end we are.
+  Connection* blockedConn_ = nullptr;
+  bool blockedSender_ = false;
+  int64_t lastLivenessCheckNs_ = 0;
+};
+
+// Runs the runners to completion (or first error) on this thread.
+Status runRunners(std::span<CommRunner*> runners);
+
+}  // namespace snccl

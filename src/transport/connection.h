@@ -1,0 +1,116 @@
+// Connection: one direction of data between two ranks, as a ring of slots with credits.
+//
+// The credit scheme (DESIGN §5): the ring has `nsteps` slots of `slotBytes`. Two 64-bit
+// monotonic counters live in a control block both ends can see: `tail` (written only by
+// the sender: messages posted) and `head` (written only by the receiver: messages
+// consumed). The sender may fill message s only while s < head + nsteps, writes slot
+// s % nsteps and its fifo entry, then publishes tail = s + 1. The receiver reads message s
+// once tail > s and frees it with head = s + 1. Memory per connection is therefore fixed
+// and a receiver can never be overrun. Counters never wrap in practice (2^64 messages).
+//
+// A sleeping end announces itself in {recv,send}Sleeping before re-checking the counter
+// (both sequentially consistent), so the other end knows to bump the futex word and wake
+// it: no lost wake-ups, and no system call when nobody sleeps.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace snccl {
+
+constexpr uint32_t kMaxSteps = 64;
+
+struct ConnFifoEntry {
+  uint32_t bytes;
+  uint32_t reserved;
+  uint64_t sig;  // signature of the operation that sent the message (0: unchecked)
+};
+
+struct ConnCtrl {
+  alignas(64) std::atomic<uint64_t> tail;
+  std::atomic<uint32_t> tailSeq;
+  std::atomic<uint32_t> recvSleeping;
+  alignas(64) std::atomic<uint64_t> head;
+  std::atomic<uint32_t> headSeq;
+  std::atomic<uint32_t> sendSleeping;
+  // Non-zero (an ncclResult_t) once either end failed or aborted; set by either side.
+  alignas(64) std::atomic<uint32_t> poison;
+  uint32_t nsteps;
+  uint32_t slotBytes;
+  alignas(64) ConnFifoEntry fifo[kMaxSteps];
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
+
+// What owns the ring's memory (a shared-memory mapping, a heap block, ...).
+class ConnMemory {
+ public:
+  virtual ~ConnMemory() = default;
+};
+
+class Connection {
+ public:
+  Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> memory, int peer, pid_t peerPid,
+             const char* transport);
+
+  int peer() const { return peer_; }
+  pid_t peerPid() const { return peerPid_; }  // 0 when the peer is in this process
+  const char* transport() const { return transport_; }
+  uint32_t slotBytes() const { return slotBytes_; }
+  uint64_t step() const { return step_; }
+
+  // Sender: the free slot for the next message, or nullptr when no credit is available.
+  char* trySendSlot() {
+    if (step_ >= cachedPeer_ + nsteps_) {
+      cachedPeer_ = ctrl_->head.load(std::memory_order_acquire);
+      if (step_ >= cachedPeer_ + nsteps_) return nullptr;
+    }
+    return slots_ + (step_ % nsteps_) * slotBytes_;
+  }
+  // Sender: publishes the slot returned by trySendSlot.
+  void post(uint32_t bytes, uint64_t sig);
+
+  // Receiver: the next message, or nullptr when none has arrived.
+  const char* tryRecvSlot(uint32_t* bytes, uint64_t* sig) {
+    if (step_ >= cachedPeer_) {
+      cachedPeer_ = ctrl_->tail.load(std::memory_order_acquire);
+      if (step_ >= cachedPeer_) return nullptr;
+    }
+    const ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
+    *bytes = e.bytes;
+    *sig = e.sig;
+    return slots_ + (step_ % nsteps_) * slotBytes_;
+  }
+  // Receiver: frees the slot returned by tryRecvSlot.
+  void release();
+
+  // Sleeps until the counter this end waits for moves, the connection is poisoned, or
+  // timeoutUs passes. `sender` says which end we are.
+  void sleep(bool sender, int64_t timeoutUs);
+
+  // Marks the connection failed for both ends and wakes any sleeper.
+  void poison(uint32_t code);
+  uint32_t poisoned() const { return ctrl_->poison.load(std::memory_order_relaxed); }
+
+ private:
+  ConnCtrl* ctrl_;
+  char* slots_;
+  std::unique_ptr<ConnMemory> memory_;
+  uint32_t nsteps_;
+  uint32_t slotBytes_;
+  uint64_t step_ = 0;
+  uint64_t cachedPeer_ = 0;  // last seen head (sender) or tail (receiver)
+  int peer_;
+  pid_t peerPid_;
+  const char* transport_;
+};
+
+// Bytes of the control block rounded up to a page, so slots start page-aligned.
+size_t connCtrlBytes();
+
+// Initialises a freshly allocated control block (creator side, before the peer sees it).
+void initConnCtrl(ConnCtrl* ctrl, uint32_t nsteps, uint32_t slotBytes);
+
+}  // namespace snccl

@@ -1,0 +1,133 @@
+// The shm transport. The receiver creates a POSIX shared-memory segment per connection,
+// reserves its pages up front (posix_fallocate, so a full /dev/shm is an error at setup
+// with the sizes in the message, not a SIGBUS later) and maps it prefaulted. The sender
+// maps it and immediately unlinks the name: from then on the segment lives exactly as
+// long as the two mappings, so nothing is left behind when a process dies. Names hold
+// the communicator hash, so ranks in different network namespaces of one host (which
+// share /dev/shm) still meet.
+#include "transport/shm/shm_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+#include "common/params.h"
+
+namespace snccl {
+
+namespace {
+
+class ShmMapping : public ConnMemory {
+ public:
+  ShmMapping(void* base, size_t bytes, std::string name) : base_(base), bytes_(bytes), name_(std::move(name)) {}
+  ~ShmMapping() override {
+    munmap(base_, bytes_);
+    // The sender normally unlinked it already; this covers a sender that never attached.
+    if (!name_.empty()) shm_unlink(name_.c_str());
+  }
+
+ private:
+  void* base_;
+  size_t bytes_;
+  std::string name_;
+};
+
+bool canConnect(const PeerInfo& self, const PeerInfo& peer) {
+  if (params::getInt(params::Id::ShmDisable) != 0) return false;
+  return self.hostHash == peer.hostHash;
+}
+
+std::string segmentName(const ConnRequest& req) {
+  // A per-process counter keeps names unique when a pair reconnects (e.g. a new channel).
+  static std::atomic<uint64_t> counter{0};
+  char name[96];
+  std::snprintf(name, sizeof name, "/snccl-%016" PRIx64 "-%d-%d-%" PRIx64 "-%" PRIu64, req.commHash, req.peer,
+                req.rank, processToken() & 0xffffffff, counter.fetch_add(1));
+  return name;
+}
+
+Status noSpaceError(int err, size_t bytes) {
+  struct statvfs vfs {};
+  unsigned long long freeBytes = 0;
+  if (statvfs("/dev/shm", &vfs) == 0) freeBytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+  return ErrnoError(err,
+                    "shm transport: cannot reserve %zu bytes in /dev/shm (%llu bytes free there); enlarge it "
+                    "(docker: --shm-size or --ipc=host), lower SNCCL_BUFFSIZE, or set SNCCL_SHM_DISABLE=1",
+                    bytes, freeBytes);
+}
+
+Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
+  size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
+  std::string name = segmentName(req);
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError(errno, "shm transport: shm_open(%s) failed", name.c_str());
+  int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    return noSpaceError(err, bytes);
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    int e = errno;
+    shm_unlink(name.c_str());
+    return ErrnoError(e, "shm transport: mmap of %s (%zu bytes) failed", name.c_str(), bytes);
+  }
+  auto ctrl = static_cast<ConnCtrl*>(base);
+  initConnCtrl(ctrl, req.nsteps, req.slotBytes);
+  std::memset(blob, 0, sizeof *blob);
+  std::strncpy(blob->transport, "shm", sizeof blob->transport - 1);
+  blob->words[0] = bytes;
+  std::strncpy(blob->name, name.c_str(), sizeof blob->name - 1);
+  SN_INFO(log::kShm, "shm: rank %d receives from rank %d through %s (%u x %u bytes)", req.rank, req.peer,
+          name.c_str(), req.nsteps, req.slotBytes);
+  char* slots = static_cast<char*>(base) + connCtrlBytes();
+  return std::make_unique<Connection>(ctrl, slots, std::make_unique<ShmMapping>(base, bytes, name), req.peer,
+                                      req.remote->pid, "shm");
+}
+
+Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
+  size_t bytes = blob.words[0];
+  int fd = shm_open(blob.name, O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError(errno, "shm transport: rank %d cannot open %s created by rank %d", req.rank,
+                                blob.name, req.peer);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    close(fd);
+    return SystemError("shm transport: %s has %lld bytes, expected %zu", blob.name, (long long)st.st_size, bytes);
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return ErrnoError(errno, "shm transport: mmap of %s failed", blob.name);
+  // Both ends are mapped now: drop the name so a crash cannot leak the segment.
+  shm_unlink(blob.name);
+  auto ctrl = static_cast<ConnCtrl*>(base);
+  if (ctrl->nsteps != req.nsteps || ctrl->slotBytes != req.slotBytes) {
+    munmap(base, bytes);
+    return InvalidUsage("rank %d and rank %d disagree on connection geometry (%u x %u vs %u x %u bytes): "
+                        "set SNCCL_STEPS/SNCCL_BUFFSIZE identically on all ranks",
+                        req.rank, req.peer, req.nsteps, req.slotBytes, ctrl->nsteps, ctrl->slotBytes);
+  }
+  return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
+                                      std::make_unique<ShmMapping>(base, bytes, std::string()), req.peer,
+                                      req.remote->pid, "shm");
+}
+
+}  // namespace
+
+TransportDef shmTransport() {
+  return {"shm", "processes on one node: rings in /dev/shm, prefaulted, unlinked once both ends map them",
+          canConnect, createRecv, connectSend};
+}
+
+}  // namespace snccl

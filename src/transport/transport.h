@@ -1,0 +1,68 @@
+// The transport registry: how a Connection between two ranks is built.
+//
+// For every (sender, receiver) pair the first registered transport whose canConnect()
+// accepts the pair is used (order: local, shm, then network transports). Setup is a
+// two-message handshake over the bootstrap: the receiver creates the ring and sends a
+// ConnBlob describing it; the sender attaches to it. A new transport is one folder plus
+// one line in registry.cc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+#include "transport/connection.h"
+
+namespace snccl {
+
+// What every rank tells the others at init (fixed size: travels in the bootstrap blob).
+struct PeerInfo {
+  uint32_t version;       // NCCL_VERSION_CODE of the library
+  int32_t rank;
+  uint64_t hostHash;      // ranks with equal hostHash share a node (SNCCL_HOSTID overrides)
+  uint64_t processToken;  // random per process: equal tokens = same address space
+  int32_t pid;
+  int32_t cudaDev;
+  char hostname[64];
+};
+
+struct ConnRequest {
+  uint64_t commHash;
+  int rank;  // this rank
+  int peer;  // the other end
+  uint32_t nsteps;
+  uint32_t slotBytes;
+  const PeerInfo* self;
+  const PeerInfo* remote;
+};
+
+// Receiver -> sender description of a ring (a shm name, a pointer in this process, ...).
+struct ConnBlob {
+  char transport[16];
+  uint64_t words[4];
+  char name[96];
+};
+
+struct TransportDef {
+  const char* name;
+  const char* help;
+  bool (*canConnect)(const PeerInfo& self, const PeerInfo& peer);
+  // Receiver side: creates the ring and describes it in *blob.
+  Result<std::unique_ptr<Connection>> (*createRecv)(const ConnRequest& req, ConnBlob* blob);
+  // Sender side: attaches to the ring the receiver described.
+  Result<std::unique_ptr<Connection>> (*connectSend)(const ConnRequest& req, const ConnBlob& blob);
+};
+
+std::span<const TransportDef> transports();
+// First transport that can connect the pair, or an error saying why none can.
+Result<const TransportDef*> selectTransport(const PeerInfo& self, const PeerInfo& peer);
+const TransportDef* findTransport(const char* name);
+
+// Identity of this process and host, computed once.
+uint64_t processToken();
+uint64_t hostHash();  // SNCCL_HOSTID if set, else hostname + boot id
+
+}  // namespace snccl
