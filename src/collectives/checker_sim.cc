@@ -366,7 +366,8 @@ Status Sim::access(uint32_t laneId, uint32_t pos, uint16_t buf, bool write) {
   const int32_t me = static_cast<int32_t>(lanes_[laneId].lane);
   int32_t& t = m.tags[pos];
   if (t == -1 || (t >= 0 && (t >> 1) == me)) {
-    t = (me << 1) | (write || (t >= 0 && (t & 1)) ? 1 : 0);
+    const bool written = write || (t >= 0 && (t & 1) != 0);
+    t = (me << 1) | (written ? 1 : 0);
     return OkStatus();
   }
   if (!write && (t == -2 || (t & 1) == 0)) {

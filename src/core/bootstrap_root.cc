@@ -257,7 +257,7 @@ void Root::finish(ncclResult_t code, const std::string& msg) {
     for (size_t k = 0; k < regs_.size(); ++k) {
       std::byte* e = buf.data() + sizeof rep + entry * k;
       std::memcpy(e, &regs_[k].r.listen, sizeof(sock::Address::Wire));
-      std::memcpy(e + sizeof(sock::Address::Wire), regs_[k].info.data(), rep.infoSize);
+      if (rep.infoSize) std::memcpy(e + sizeof(sock::Address::Wire), regs_[k].info.data(), rep.infoSize);
     }
   } else {
     rep.msgLen = static_cast<uint32_t>(msg.size());

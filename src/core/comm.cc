@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "common/log.h"
@@ -68,7 +69,14 @@ std::span<const std::byte> asBytes(const PeerInfo& info) {
   return {reinterpret_cast<const std::byte*>(&info), sizeof info};
 }
 
+// NCCL prints its banner once per process, at the first communicator.
+void printBannerOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { log::printVersionBanner("NCCL version 2.28.9+snccl" SNCCL_VERSION_STRING " (host)"); });
+}
+
 Status initBody(ncclComm* comm, const ncclUniqueId& id) {
+  printBannerOnce();
   PeerInfo info = makePeerInfo(comm->rank, comm->config.cudaDev);
   SNCCL_ASSIGN_OR_RETURN(comm->bootstrap,
                          Bootstrap::init(id, comm->rank, comm->nranks, asBytes(info), &comm->abortFlag));

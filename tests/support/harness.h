@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,13 +30,17 @@ inline const char* modeName(Mode m) { return m == Mode::kThreads ? "threads" : "
 using RankBody = std::function<bool(ncclComm_t comm, int rank, int nranks)>;
 
 // Fails the test and kills the whole process if `seconds` pass before disarm().
+// onTimeout (optional) runs first, on the watchdog thread: it names what is still
+// running and kills child processes so that a hang never leaves orphans behind.
 class Watchdog {
  public:
-  Watchdog(int seconds, std::string what) : what_(std::move(what)) {
+  Watchdog(int seconds, std::string what, std::function<void()> onTimeout = {})
+      : what_(std::move(what)), onTimeout_(std::move(onTimeout)) {
     thread_ = std::thread([this, seconds] {
       std::unique_lock<std::mutex> lock(mu_);
       if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
         std::fprintf(stderr, "WATCHDOG: %s did not finish within %d s: hang\n", what_.c_str(), seconds);
+        if (onTimeout_) onTimeout_();
         std::fflush(stderr);
         _exit(97);
       }
@@ -53,18 +58,36 @@ class Watchdog {
 
  private:
   std::string what_;
+  std::function<void()> onTimeout_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
   std::thread thread_;
 };
 
+// Reports a failed NCCL call (with the library's last error) as a test failure.
+// Returns true when res is ncclSuccess, so bodies can write `if (!ncclOk(...)) return false;`.
+inline bool ncclOk(ncclResult_t res, const std::string& what, int rank = -1) {
+  if (res == ncclSuccess) return true;
+  ADD_FAILURE() << "rank " << rank << ": " << what << " returned " << ncclGetErrorString(res) << " ("
+                << int(res) << "): " << ncclGetLastError(nullptr);
+  return false;
+}
+
 // Runs body on n ranks. Threads: ncclCommInitAll + one thread per rank. Processes: the
 // parent creates the unique id and forks n children that join with ncclCommInitRank.
+// A watchdog turns a hang into a failure naming the ranks that had not finished.
 inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 120) {
   std::string what = std::string(modeName(mode)) + " run with " + std::to_string(n) + " ranks";
-  Watchdog dog(timeoutSec, what);
   if (mode == Mode::kThreads) {
+    std::vector<std::atomic<bool>> finished(n);
+    for (auto& f : finished) f = false;
+    Watchdog dog(timeoutSec, what, [&] {
+      std::fprintf(stderr, "WATCHDOG: ranks still running:");
+      for (int r = 0; r < n; ++r)
+        if (!finished[r]) std::fprintf(stderr, " %d", r);
+      std::fprintf(stderr, "\n");
+    });
     std::vector<ncclComm_t> comms(n);
     ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
     std::vector<std::thread> threads;
@@ -72,19 +95,38 @@ inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 12
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
         if (!body(comms[r], r, n)) failures++;
+        finished[r] = true;
       });
     for (auto& t : threads) t.join();
     for (auto c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
     EXPECT_EQ(failures.load(), 0) << what;
     return;
   }
+  std::vector<pid_t> pids;
+  Watchdog dog(timeoutSec, what, [&] {
+    // Name the children that have not exited (WNOWAIT: do not reap), then kill them all.
+    std::fprintf(stderr, "WATCHDOG: ranks still running:");
+    for (size_t r = 0; r < pids.size(); ++r) {
+      siginfo_t info{};
+      if (waitid(P_PID, pids[r], &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
+        std::fprintf(stderr, " %zu", r);
+    }
+    std::fprintf(stderr, "\n");
+    for (pid_t p : pids) kill(p, SIGKILL);
+  });
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::vector<pid_t> pids;
+  pids.reserve(n);  // the watchdog reads pids: no reallocation while it may run
+  pid_t parent = getpid();
+  std::fflush(stdout);
+  std::fflush(stderr);
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      // Die with the test process (e.g. when its watchdog fires).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(3);
       ncclComm_t comm = nullptr;
       ncclResult_t res = ncclCommInitRank(&comm, n, id, r);
       if (res != ncclSuccess) {
@@ -92,8 +134,12 @@ inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 12
         _exit(2);
       }
       bool ok = body(comm, r, n) && !::testing::Test::HasFailure();
-      ncclCommDestroy(comm);
+      if (ncclCommDestroy(comm) != ncclSuccess) {
+        std::fprintf(stderr, "rank %d: ncclCommDestroy: %s\n", r, ncclGetLastError(nullptr));
+        ok = false;
+      }
       std::fflush(stdout);
+      std::fflush(stderr);
       _exit(ok ? 0 : 1);
     }
     pids.push_back(pid);
@@ -104,6 +150,20 @@ inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 12
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << what << ": rank " << r << " ended with status " << status;
   }
+}
+
+// Body of the single-thread multi-communicator pattern (nccl-tests -g): one thread owns
+// every communicator of the clique.
+using CliqueBody = std::function<bool(const std::vector<ncclComm_t>& comms)>;
+
+// ncclCommInitAll(n) and body on the calling thread, under a watchdog.
+inline void runOneThread(int n, const CliqueBody& body, int timeoutSec = 120) {
+  std::string what = "single-thread run with " + std::to_string(n) + " communicators";
+  Watchdog dog(timeoutSec, what);
+  std::vector<ncclComm_t> comms(n);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_TRUE(body(comms)) << what;
+  for (auto c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
 }  // namespace sntest

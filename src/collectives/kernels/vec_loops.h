@@ -12,18 +12,6 @@
 
 namespace snccl::kernels::SNCCL_KERNEL_ISA {
 
-template <class V>
-inline V loadVec(const unsigned char* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <class V>
-inline void storeVec(unsigned char* p, const V& v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
 template <class Tr>
 inline constexpr bool kIsFloat = std::is_floating_point_v<typename Tr::Acc>;
 
@@ -180,7 +168,7 @@ template <class Tr, template <class> class Op, bool kFinalize>
 void reduceLoop(void* dst, const void* a, const void* b, size_t n, const RedOpSpec& op) {
   const uint32_t divisor = op.divisor;
   forEach2<Tr>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(a),
-               static_cast<const unsigned char*>(b), n, [divisor](typename Tr::VE x, typename Tr::VE y) {
+               static_cast<const unsigned char*>(b), n, [&](typename Tr::VE x, typename Tr::VE y) {
                  typename Tr::VA r = Op<Tr>::apply(Tr::widen(x), Tr::widen(y));
                  if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);
                  return Tr::narrow(r);
@@ -192,7 +180,7 @@ void mapLoop(void* dst, const void* src, size_t n, const RedOpSpec& op) {
   const uint32_t divisor = op.divisor;
   const typename Tr::Acc s = kScale ? scalarOf<Tr>(op) : typename Tr::Acc{};
   forEach1<Tr>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), n,
-               [divisor, s](typename Tr::VE x) {
+               [&](typename Tr::VE x) {
                  typename Tr::VA r = Tr::widen(x);
                  if constexpr (kScale) r = scaleBy<Tr>(r, s);
                  if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);

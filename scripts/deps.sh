@@ -1,0 +1,34 @@
+# Sourced by the run-*.sh scripts: installs the Debian 12 packages that are missing
+# (apt-get update only when something is), and sets ROOT to the repository root.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+JOBS=${JOBS:-$(( $(nproc) < 2 ? 1 : 2 ))}
+
+REQUIRED=(cmake ninja-build g++ libgtest-dev libbenchmark-dev pkg-config)
+OPTIONAL=(libhwloc-dev libibverbs-dev openmpi-bin libopenmpi-dev)
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || echo "$p"
+  done
+}
+
+install_deps() {
+  local sudo=() need
+  [[ $(id -u) == 0 ]] || sudo=(sudo)
+  mapfile -t need < <(missing_packages "${REQUIRED[@]}" "${OPTIONAL[@]}")
+  ((${#need[@]})) || return 0
+  echo "== installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${REQUIRED[@]}" >/dev/null
+}
+
+# configure_build DIR [cmake options...]: configures (once) and builds DIR under ROOT.
+configure_build() {
+  local dir=$ROOT/$1
+  shift
+  [[ -f $dir/build.ninja ]] || cmake -S "$ROOT" -B "$dir" -G Ninja "$@"
+  cmake --build "$dir" -j "$JOBS"
+}

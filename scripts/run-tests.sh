@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# All the tests: the release build in build/ runs every ctest; then an ASan+UBSan build in
+# build-asan/ runs the unit, mr and mp tests. Tests fork processes and spin: at most -j2.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
+install_deps
+
+echo "== release build and all tests"
+configure_build build
+ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS"
+
+echo "== ASan+UBSan build: unit, mr and mp tests"
+configure_build build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L '^(unit|mr|mp)$'

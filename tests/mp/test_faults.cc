@@ -1,0 +1,486 @@
+// Faults with ranks as processes: a rank killed mid-collective, mismatched collectives,
+// ncclCommAbort with absent or dead peers, a rank that never joins init, and /dev/shm
+// segments left behind.
+//
+// The gtest process itself never calls snccl (parameters are read once per process). Each
+// scenario forks a coordinator that sets the environment, creates the unique id and forks
+// the ranks; results come back through shared memory.
+#include <dirent.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "mp/mp_util.h"
+
+namespace {
+
+using mp::Mentions;
+using mp::nowSec;
+
+constexpr int kMaxRanks = 8;
+
+struct RankResult {
+  int code;          // result of the call under test (ncclResult_t), -1 = not reached
+  int done;          // the rank finished its work (it may linger afterwards)
+  int iters;         // collectives completed
+  double tEnd;       // when the call under test returned
+  double tExtra;     // seconds some secondary call took (abort, destroy)
+  int status;        // wait status of the process (set by the coordinator)
+  int exited;
+  char msg[1500];
+};
+
+struct Shared {
+  ncclUniqueId id;
+  RankResult r[kMaxRanks];
+  double tEvent;     // when the fault happened (kill, abort)
+  int stop;          // lingering ranks may exit
+  int coordinatorOk;
+  char coordinatorMsg[256];
+};
+
+using RankFn = std::function<void(int rank, Shared* sh)>;
+using SuperviseFn = std::function<void(Shared* sh, const std::vector<pid_t>& pids)>;
+
+void record(Shared* sh, int rank, ncclResult_t code) {
+  RankResult& r = sh->r[rank];
+  r.tEnd = nowSec();
+  r.code = code;
+  std::snprintf(r.msg, sizeof r.msg, "%s", ncclGetLastError(nullptr));
+}
+
+void linger(Shared* sh, double maxSec) {
+  double end = nowSec() + maxSec;
+  while (!__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE) && nowSec() < end) usleep(2000);
+}
+
+ncclComm_t initRank(Shared* sh, int rank, int n) {
+  ncclComm_t comm = nullptr;
+  ncclResult_t res = ncclCommInitRank(&comm, n, sh->id, rank);
+  if (res != ncclSuccess) {
+    record(sh, rank, res);
+    std::fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(nullptr));
+    return nullptr;
+  }
+  return comm;
+}
+
+// The coordinator: environment, id, ranks, prompt reaping, deadline.
+int coordinate(Shared* sh, int n, const std::vector<std::pair<std::string, std::string>>& env, const RankFn& rankFn,
+               const SuperviseFn& supervise, int deadlineSec) {
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  if (ncclGetUniqueId(&sh->id) != ncclSuccess) {
+    std::snprintf(sh->coordinatorMsg, sizeof sh->coordinatorMsg, "ncclGetUniqueId: %s", ncclGetLastError(nullptr));
+    return 1;
+  }
+  for (int r = 0; r < n; ++r) sh->r[r].code = -1;
+  std::vector<pid_t> pids(n);
+  for (int r = 0; r < n; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      rankFn(r, sh);
+      __atomic_store_n(&sh->r[r].done, 1, __ATOMIC_RELEASE);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(0);
+    }
+  }
+  std::thread sup;
+  if (supervise) sup = std::thread([&] { supervise(sh, pids); });
+  double deadline = nowSec() + deadlineSec;
+  int left = n;
+  while (left > 0) {
+    int status = 0;
+    pid_t w = waitpid(-1, &status, WNOHANG);
+    if (w > 0) {
+      for (int r = 0; r < n; ++r)
+        if (pids[r] == w) sh->r[r].status = status, sh->r[r].exited = 1, --left;
+      continue;
+    }
+    bool allDone = true;
+    for (int r = 0; r < n; ++r) allDone &= sh->r[r].exited || __atomic_load_n(&sh->r[r].done, __ATOMIC_ACQUIRE);
+    if (allDone) __atomic_store_n(&sh->stop, 1, __ATOMIC_RELEASE);
+    if (nowSec() > deadline) {
+      std::snprintf(sh->coordinatorMsg, sizeof sh->coordinatorMsg, "ranks still running after %d s: hang",
+                    deadlineSec);
+      for (int r = 0; r < n; ++r)
+        if (!sh->r[r].exited) kill(pids[r], SIGKILL);
+      deadline = nowSec() + 1e9;
+    }
+    usleep(1000);
+  }
+  if (sup.joinable()) sup.join();
+  sh->coordinatorOk = sh->coordinatorMsg[0] == '\0';
+  return sh->coordinatorOk ? 0 : 1;
+}
+
+// Runs a scenario; returns the shared results (caller frees with mp::freeShared).
+Shared* runScenario(int n, const std::vector<std::pair<std::string, std::string>>& env, const RankFn& rankFn,
+                    const SuperviseFn& supervise = nullptr, int deadlineSec = 90) {
+  Shared* sh = mp::sharedBlock<Shared>();
+  if (sh == nullptr) return nullptr;
+  std::string how;
+  int rc = mp::runChild([&] { return coordinate(sh, n, env, rankFn, supervise, deadlineSec); }, deadlineSec + 30, &how);
+  EXPECT_EQ(rc, 0) << "coordinator: " << how << ": " << sh->coordinatorMsg;
+  return sh;
+}
+
+std::string describe(const Shared* sh, int n) {
+  std::ostringstream os;
+  for (int r = 0; r < n; ++r) {
+    const RankResult& x = sh->r[r];
+    os << "  rank " << r << ": code " << x.code << " (" << (x.code >= 0 ? ncclGetErrorString(ncclResult_t(x.code)) : "-")
+       << ") iters " << x.iters << " t " << (x.tEnd > 0 ? x.tEnd - sh->tEvent : 0.0) << " s, status " << x.status
+       << ": " << x.msg << "\n";
+  }
+  return os.str();
+}
+
+bool namesRank(const std::string& msg, int rank) {
+  return std::regex_search(msg, std::regex("\\brank " + std::to_string(rank) + "\\b"));
+}
+
+bool killedBySigkill(const RankResult& r) { return r.exited && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL; }
+
+// ---- a rank dies mid-collective ----
+
+const std::vector<std::pair<std::string, std::string>> kTimeout20 = {{"SNCCL_TIMEOUT", "20"}};
+
+// Survivors loop over large allreduces until one fails.
+void allreduceLoop(int rank, Shared* sh, int n, int victim, bool raiseSelf) {
+  ncclComm_t comm = initRank(sh, rank, n);
+  if (comm == nullptr) return;
+  const size_t count = size_t(2) << 20;  // 8 MiB of floats
+  std::vector<float> in(count, float(rank)), out(count);
+  for (int it = 0; it < 100000; ++it) {
+    if (raiseSelf && rank == victim && it == 3) {
+      sh->tEvent = nowSec();
+      raise(SIGKILL);
+    }
+    ncclResult_t res = ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+    if (res != ncclSuccess) {
+      record(sh, rank, res);
+      break;
+    }
+    __atomic_store_n(&sh->r[rank].iters, it + 1, __ATOMIC_RELEASE);
+    if (out[count - 1] != float(n * (n - 1) / 2)) {
+      std::snprintf(sh->r[rank].msg, sizeof sh->r[rank].msg, "wrong result %f", out[count - 1]);
+      sh->r[rank].code = 100;
+      break;
+    }
+  }
+  double t0 = nowSec();
+  ncclCommAbort(comm);
+  sh->r[rank].tExtra = nowSec() - t0;
+}
+
+void checkSurvivors(const Shared* sh, int n, int victim) {
+  std::string all = describe(sh, n);
+  EXPECT_TRUE(killedBySigkill(sh->r[victim])) << all;
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    const RankResult& x = sh->r[r];
+    EXPECT_EQ(x.code, ncclRemoteError) << "survivor " << r << "\n" << all;
+    EXPECT_LT(x.tEnd - sh->tEvent, 10.0) << "survivor " << r << " needed more than half of SNCCL_TIMEOUT\n" << all;
+    EXPECT_TRUE(namesRank(x.msg, victim)) << "survivor " << r << "'s error does not name dead rank " << victim << "\n"
+                                          << all;
+  }
+  std::printf("%s", all.c_str());
+}
+
+TEST(Faults, RankRaisesSigkillBetweenCollectives) {
+  const int n = 4, victim = 2;
+  sntest::Watchdog dog(180, "raise(SIGKILL) scenario");
+  Shared* sh = runScenario(n, kTimeout20, [&](int r, Shared* s) { allreduceLoop(r, s, n, victim, true); });
+  ASSERT_NE(sh, nullptr);
+  checkSurvivors(sh, n, victim);
+  mp::freeShared(sh);
+}
+
+TEST(Faults, RankKilledByParentMidCollective) {
+  const int n = 4, victim = 1;
+  sntest::Watchdog dog(180, "SIGKILL from the parent scenario");
+  Shared* sh = runScenario(
+      n, kTimeout20, [&](int r, Shared* s) { allreduceLoop(r, s, n, victim, false); },
+      [&](Shared* s, const std::vector<pid_t>& pids) {
+        double end = nowSec() + 60;
+        auto minIters = [&] {
+          int m = 1 << 30;
+          for (int r = 0; r < n; ++r) m = std::min(m, __atomic_load_n(&s->r[r].iters, __ATOMIC_ACQUIRE));
+          return m;
+        };
+        while (minIters() < 3 && nowSec() < end) usleep(1000);
+        usleep(3000);  // somewhere inside the next allreduce
+        s->tEvent = nowSec();
+        kill(pids[victim], SIGKILL);
+      });
+  ASSERT_NE(sh, nullptr);
+  checkSurvivors(sh, n, victim);
+  mp::freeShared(sh);
+}
+
+// ---- mismatched collectives ----
+
+enum class Mismatch { kCollective, kCount, kDatatype };
+
+void mismatchRank(int rank, Shared* sh, int n, Mismatch kind) {
+  ncclComm_t comm = initRank(sh, rank, n);
+  if (comm == nullptr) return;
+  const size_t count = 100000;
+  std::vector<float> in(count * n, 1.0f), out(count * n);
+  // One good operation first: connections exist, sequence numbers are past 0.
+  if (ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) {
+    record(sh, rank, ncclInternalError);
+    return;
+  }
+  sh->tEvent = nowSec();
+  ncclResult_t res;
+  if (rank == 1 && kind == Mismatch::kCollective) {
+    res = ncclAllGather(in.data(), out.data(), count, ncclFloat, comm, nullptr);
+  } else if (rank == 1 && kind == Mismatch::kDatatype) {
+    res = ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr);
+  } else {
+    size_t c = rank == 1 && kind == Mismatch::kCount ? 2 * count : count;
+    res = ncclAllReduce(in.data(), out.data(), c, ncclFloat, ncclSum, comm, nullptr);
+  }
+  record(sh, rank, res);
+  ncclCommAbort(comm);
+}
+
+void checkMismatch(Mismatch kind, const char* a, const char* b) {
+  const int n = 3;
+  sntest::Watchdog dog(120, "mismatch scenario");
+  Shared* sh = runScenario(n, kTimeout20, [&](int r, Shared* s) { mismatchRank(r, s, n, kind); });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  int invalidUsage = 0, naming = 0;
+  for (int r = 0; r < n; ++r) {
+    const RankResult& x = sh->r[r];
+    EXPECT_TRUE(x.code == ncclInvalidUsage || x.code == ncclRemoteError) << "rank " << r << "\n" << all;
+    EXPECT_LT(x.tEnd - sh->tEvent, 10.0) << "rank " << r << " waited for the timeout instead of detecting\n" << all;
+    if (x.code == ncclInvalidUsage) {
+      ++invalidUsage;
+      if (Mentions(x.msg, a) && Mentions(x.msg, b)) ++naming;
+    }
+  }
+  EXPECT_GE(invalidUsage, 1) << all;
+  EXPECT_GE(naming, 1) << "no ncclInvalidUsage message names both '" << a << "' and '" << b << "'\n" << all;
+  std::printf("%s", all.c_str());
+  mp::freeShared(sh);
+}
+
+TEST(Faults, DifferentCollectivesAreInvalidUsage) { checkMismatch(Mismatch::kCollective, "AllReduce", "AllGather"); }
+TEST(Faults, DifferentCountsAreInvalidUsage) { checkMismatch(Mismatch::kCount, "count", "AllReduce"); }
+TEST(Faults, DifferentDatatypesAreInvalidUsage) { checkMismatch(Mismatch::kDatatype, "float", "int32"); }
+
+// ---- abort ----
+
+// Ranks 0 and 1 enter an allreduce; rank 2 aborts instead and stays alive, so only the
+// abort (not a process exit) can release them.
+void abortScenario(bool warmup) {
+  const int n = 3;
+  sntest::Watchdog dog(120, "abort scenario");
+  Shared* sh = runScenario(n, kTimeout20, [&](int rank, Shared* s) {
+    ncclComm_t comm = initRank(s, rank, n);
+    if (comm == nullptr) return;
+    std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
+    if (warmup && ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) {
+      record(s, rank, ncclInternalError);
+      return;
+    }
+    if (rank == 2) {
+      usleep(1000000);  // the others are blocked in the allreduce by now
+      s->tEvent = nowSec();
+      ncclResult_t res = ncclCommAbort(comm);
+      s->r[rank].tExtra = nowSec() - s->tEvent;
+      record(s, rank, res);
+      __atomic_store_n(&s->r[rank].done, 1, __ATOMIC_RELEASE);
+      linger(s, 30);
+      return;
+    }
+    ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr);
+    record(s, rank, res);
+    ncclCommAbort(comm);
+  });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  EXPECT_EQ(sh->r[2].code, ncclSuccess) << all;
+  std::printf("ncclCommAbort took %.3f s\n%s", sh->r[2].tExtra, all.c_str());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(sh->r[r].code, ncclSuccess) << all;
+    EXPECT_NE(sh->r[r].code, -1) << all;
+    EXPECT_LT(sh->r[r].tEnd - sh->tEvent, 10.0) << "rank " << r << " was not released by the abort\n" << all;
+  }
+  mp::freeShared(sh);
+}
+
+TEST(Faults, AbortReleasesPeersBlockedOnIt) { abortScenario(true); }
+TEST(Faults, AbortReleasesPeersBlockedInConnectionSetup) { abortScenario(false); }
+
+// Peers have exited (without destroying); Abort and Destroy of the last rank return.
+void peersGoneScenario(bool useAbort) {
+  const int n = 3;
+  sntest::Watchdog dog(120, "peers gone scenario");
+  Shared* sh = runScenario(n, kTimeout20, [&](int rank, Shared* s) {
+    ncclComm_t comm = initRank(s, rank, n);
+    if (comm == nullptr) return;
+    std::vector<float> in(1 << 18, 1.0f), out(1 << 18);
+    ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr);
+    if (rank != 0) {
+      record(s, rank, res);
+      _exit(0);  // gone without a word
+    }
+    double end = nowSec() + 30;
+    while (!(s->r[1].exited && s->r[2].exited) && nowSec() < end) usleep(1000);
+    s->tEvent = nowSec();
+    res = useAbort ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+    s->r[0].tExtra = nowSec() - s->tEvent;
+    record(s, 0, res);
+  });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  EXPECT_EQ(sh->r[0].code, ncclSuccess) << all;
+  std::printf("%s with peers gone took %.3f s\n", useAbort ? "ncclCommAbort" : "ncclCommDestroy", sh->r[0].tExtra);
+  mp::freeShared(sh);
+}
+
+TEST(Faults, AbortWithPeersGone) { peersGoneScenario(true); }
+TEST(Faults, DestroyWithPeersGone) { peersGoneScenario(false); }
+
+// ---- init with a missing rank ----
+
+void missingRankScenario(bool missingExits) {
+  const int n = 3;
+  sntest::Watchdog dog(120, "missing rank scenario");
+  Shared* sh = runScenario(n, {{"SNCCL_TIMEOUT", "5"}}, [&](int rank, Shared* s) {
+    if (rank == 2) {
+      s->tEvent = nowSec();
+      __atomic_store_n(&s->r[rank].done, 1, __ATOMIC_RELEASE);
+      if (!missingExits) linger(s, 30);
+      return;
+    }
+    ncclComm_t comm = nullptr;
+    ncclResult_t res = ncclCommInitRank(&comm, n, s->id, rank);
+    record(s, rank, res);
+    if (comm) ncclCommAbort(comm);
+  });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(sh->r[r].code, ncclSuccess) << all;
+    EXPECT_NE(sh->r[r].code, -1) << all;
+    EXPECT_LT(sh->r[r].tEnd - sh->tEvent, 5.0 + 5.0) << "init did not fail within SNCCL_TIMEOUT=5\n" << all;
+    EXPECT_TRUE(namesRank(sh->r[r].msg, 2) || Mentions(sh->r[r].msg, "2 of 3") || Mentions(sh->r[r].msg, "missing"))
+        << "the error should say which rank is missing\n" << all;
+  }
+  std::printf("%s", all.c_str());
+  mp::freeShared(sh);
+}
+
+TEST(Faults, InitFailsWhenARankNeverJoins) { missingRankScenario(false); }
+TEST(Faults, InitFailsWhenARankExitsBeforeJoining) { missingRankScenario(true); }
+
+// ---- /dev/shm segments ----
+
+std::set<std::string> shmEntries() {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "snccl-", 6) == 0) out.insert(e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/snccl-mp-XXXXXX";
+    path = mkdtemp(tmpl) ? tmpl : "";
+  }
+  ~TempDir() {
+    if (!path.empty()) (void)!std::system(("rm -rf '" + path + "'").c_str());
+  }
+};
+
+// The communicator hashes the ranks logged ("commHash <16 hex>") and whether shm was used.
+std::set<std::string> loggedHashes(const std::string& dir, bool* sawShm) {
+  std::set<std::string> hashes;
+  std::regex re("commHash ([0-9a-f]{16})");
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream f(dir + "/" + e->d_name);
+      std::string line;
+      while (std::getline(f, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, re)) hashes.insert(m[1]);
+        if (line.find("via shm") != std::string::npos) *sawShm = true;
+      }
+    }
+    closedir(d);
+  }
+  return hashes;
+}
+
+enum class Ending { kDestroy, kAbort, kKillMidCollective, kKillBeforeFirstOp };
+
+void shmScenario(Ending ending) {
+  const int n = 3, victim = 1;
+  sntest::Watchdog dog(150, "shm scenario");
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  std::set<std::string> before = shmEntries();
+  std::vector<std::pair<std::string, std::string>> env = {{"SNCCL_TIMEOUT", "20"},
+                                                          {"NCCL_DEBUG", "INFO"},
+                                                          {"NCCL_DEBUG_SUBSYS", "INIT"},
+                                                          {"NCCL_DEBUG_FILE", dir.path + "/rank.%p.log"},
+                                                          {"SNCCL_SHM_DISABLE", "0"}};
+  Shared* sh = runScenario(n, env, [&](int rank, Shared* s) {
+    ncclComm_t comm = initRank(s, rank, n);
+    if (comm == nullptr) return;
+    if (ending == Ending::kKillBeforeFirstOp && rank == victim) raise(SIGKILL);
+    std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
+    ncclResult_t res = ncclSuccess;
+    for (int it = 0; it < 6 && res == ncclSuccess; ++it) {
+      if (ending == Ending::kKillMidCollective && rank == victim && it == 2) raise(SIGKILL);
+      res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr);
+    }
+    record(s, rank, res);
+    if (ending == Ending::kDestroy) {
+      ncclCommDestroy(comm);
+    } else {
+      ncclCommAbort(comm);
+    }
+  });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  bool sawShm = false;
+  std::set<std::string> hashes = loggedHashes(dir.path, &sawShm);
+  EXPECT_FALSE(hashes.empty()) << "no 'commHash' in the INFO logs of " << dir.path;
+  EXPECT_TRUE(sawShm) << "the ranks did not connect over shm; this test proves nothing\n" << all;
+  std::set<std::string> after = shmEntries();
+  std::vector<std::string> leaked, unrelated;
+  for (const std::string& e : after) {
+    if (before.count(e)) continue;
+    bool ours = false;
+    for (const std::string& h : hashes) ours |= e.find(h) != std::string::npos;
+    (ours ? leaked : unrelated).push_back(e);
+  }
+  std::string list;
+  for (const std::string& e : leaked) list += " /dev/shm/" + e;
+  EXPECT_TRUE(leaked.empty()) << "segments left behind:" << list << "\n" << all;
+  if (!unrelated.empty()) std::printf("(%zu new snccl segments of other communicators ignored)\n", unrelated.size());
+  if (ending == Ending::kDestroy || ending == Ending::kAbort)
+    for (int r = 0; r < n; ++r) EXPECT_EQ(sh->r[r].code, ncclSuccess) << all;
+  mp::freeShared(sh);
+}
+
+TEST(Faults, NoShmLeftAfterDestroy) { shmScenario(Ending::kDestroy); }
+TEST(Faults, NoShmLeftAfterAbort) { shmScenario(Ending::kAbort); }
+TEST(Faults, NoShmLeftAfterSigkillMidCollective) { shmScenario(Ending::kKillMidCollective); }
+TEST(Faults, NoShmLeftAfterSigkillBeforeFirstOp) { shmScenario(Ending::kKillBeforeFirstOp); }
+
+}  // namespace

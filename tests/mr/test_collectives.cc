@@ -1,0 +1,458 @@
+// Multi-rank correctness of every collective: 12 datatypes, every reduction operator
+// (PreMulSum with both scalar residences), 1..8 ranks, counts 0..1M+3, in-place (the
+// offsets of nccl-compat §4) and out-of-place, ranks as threads and as processes,
+// launched blocking, on host streams (all ranks or only some) and grouped.
+//
+// Results are exact (float averages within 2 ulp). Every byte the library may not write
+// is checked as well: guards around every buffer, inputs, the outputs of non-root ranks
+// of Reduce/Gather, the unused send buffer of Scatter's non-roots.
+//
+// Sampling keeps the binary in minutes on 2 cores: counts {0,1,7,1023} get the full
+// datatype x operator cross product; 1M+3 one rotating combination per (collective,
+// mode, ranks). Roots cycle through 0, n-1 and n/2.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "snccl/snccl.h"
+#include "support/buffers.h"
+#include "support/harness.h"
+#include "support/values.h"
+
+namespace {
+
+using namespace sntest;
+
+enum class Coll { kAllReduce, kBroadcast, kBcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter };
+constexpr Coll kAllColls[] = {Coll::kAllReduce,     Coll::kBroadcast, Coll::kBcast,  Coll::kReduce, Coll::kAllGather,
+                              Coll::kReduceScatter, Coll::kAlltoAll,  Coll::kGather, Coll::kScatter};
+
+const char* collName(Coll c) {
+  static const char* kNames[] = {"AllReduce",     "Broadcast", "Bcast",  "Reduce", "AllGather",
+                                 "ReduceScatter", "AlltoAll",  "Gather", "Scatter"};
+  return kNames[int(c)];
+}
+bool isReduction(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
+
+constexpr size_t kLargeCount = (size_t(1) << 20) + 3;
+
+struct Case {
+  Coll coll;
+  ncclDataType_t dt;
+  int op;  // OpKind; reductions only
+  size_t count;
+  bool inPlace;
+  int root;
+  size_t misalign;  // elements past a 64-byte boundary
+  uint64_t seed;
+};
+
+std::string describe(const Case& c, int n) {
+  std::string s = std::string(collName(c.coll)) + " " + typeName(c.dt);
+  if (isReduction(c.coll)) s += std::string(" ") + opKindName(c.op);
+  s += " count=" + std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") +
+       " root=" + std::to_string(c.root) + " nranks=" + std::to_string(n) + " misalign=" + std::to_string(c.misalign);
+  return s;
+}
+
+// What a run of elements of a buffer holds before or after the operation.
+struct Region {
+  enum Kind { kUntouched, kData, kReduced } kind;
+  size_t begin, end;  // elements
+  int src;            // kData: the rank whose input is expected here
+  size_t base;        // kData/kReduced: the source element index at `begin`
+};
+Region U(size_t b, size_t e) { return {Region::kUntouched, b, e, 0, 0}; }
+Region D(int src, size_t b, size_t e, size_t base) { return {Region::kData, b, e, src, base}; }
+Region R(size_t b, size_t e, size_t base) { return {Region::kReduced, b, e, 0, base}; }
+
+struct Side {
+  std::string name;
+  GuardedBuffer buf;
+  std::vector<Region> init, expect;
+};
+
+// One collective on one rank: its buffers, launch and verification.
+class CaseRun {
+ public:
+  CaseRun(const Case& c, int rank, int n) : c_(c), rank_(rank), n_(n), es_(typeInfo(c.dt).size) {
+    if (isReduction(c.coll)) model_.build(c.dt, c.op, n, c.seed);
+    layout();
+    for (auto& s : sides_)
+      for (const Region& reg : s->init)
+        if (reg.kind == Region::kData)
+          for (size_t k = reg.begin; k < reg.end; ++k)
+            storeBits(s->buf.data(), k, es_, gen(reg.src, reg.base + (k - reg.begin)));
+  }
+
+  // Enqueues the collective (in a group, records it).
+  bool launch(ncclComm_t comm, cudaStream_t stream) {
+    ncclRedOp_t op = ncclSum;
+    if (isReduction(c_.coll) && !makeOp(comm, &op)) return false;
+    const int root = c_.root;
+    const size_t n = c_.count;
+    ncclResult_t res = ncclSuccess;
+    switch (c_.coll) {
+      case Coll::kAllReduce: res = ncclAllReduce(send_, recv_, n, c_.dt, op, comm, stream); break;
+      case Coll::kBroadcast: res = ncclBroadcast(send_, recv_, n, c_.dt, root, comm, stream); break;
+      case Coll::kBcast: res = ncclBcast(recv_, n, c_.dt, root, comm, stream); break;
+      case Coll::kReduce: res = ncclReduce(send_, recv_, n, c_.dt, op, root, comm, stream); break;
+      case Coll::kAllGather: res = ncclAllGather(send_, recv_, n, c_.dt, comm, stream); break;
+      case Coll::kReduceScatter: res = ncclReduceScatter(send_, recv_, n, c_.dt, op, comm, stream); break;
+      case Coll::kAlltoAll: res = ncclAlltoAll(send_, recv_, n, c_.dt, comm, stream); break;
+      case Coll::kGather: res = ncclGather(send_, recv_, n, c_.dt, root, comm, stream); break;
+      case Coll::kScatter: res = ncclScatter(send_, recv_, n, c_.dt, root, comm, stream); break;
+    }
+    return ncclOk(res, describe(c_, n_), rank_);
+  }
+
+  // Destroys the PreMulSum operator: allowed as soon as the calls using it returned.
+  bool releaseOp(ncclComm_t comm) {
+    if (!haveOp_) return true;
+    haveOp_ = false;
+    return ncclOk(ncclRedOpDestroy(op_, comm), "ncclRedOpDestroy for " + describe(c_, n_), rank_);
+  }
+
+  // Verifies every buffer after completion; reports the first problem of each buffer.
+  bool check() const {
+    bool ok = true;
+    for (const auto& s : sides_) {
+      std::string damage = s->buf.guardDamage();
+      if (!damage.empty()) {
+        ADD_FAILURE() << "rank " << rank_ << ": " << describe(c_, n_) << ": " << s->name << ": " << damage;
+        ok = false;
+      }
+      for (const Region& reg : s->expect)
+        if (!checkRegion(*s, reg)) {
+          ok = false;
+          break;
+        }
+    }
+    return ok;
+  }
+
+ private:
+  uint64_t gen(int src, size_t idx) const {
+    return isReduction(c_.coll) ? model_.input(src, idx) : rawBits(c_.seed, src, idx, es_);
+  }
+
+  Side& add(const char* name, size_t elems) {
+    sides_.push_back(std::make_unique<Side>());
+    sides_.back()->name = name;
+    sides_.back()->buf.reset(elems * es_, c_.misalign * es_);
+    return *sides_.back();
+  }
+  void* at(Side& s, size_t elem) { return s.buf.data() + elem * es_; }
+
+  void layout() {
+    const int r = rank_, root = c_.root;
+    const size_t c = c_.count, N = size_t(n_) * c, rc = size_t(r) * c;
+    switch (c_.coll) {
+      case Coll::kAllReduce:
+      case Coll::kReduce: {
+        bool writes = c_.coll == Coll::kAllReduce || r == root;
+        if (c_.inPlace) {
+          Side& b = add("buffer (in-place)", c);
+          b.init = {D(r, 0, c, 0)};
+          b.expect = writes ? std::vector<Region>{R(0, c, 0)} : b.init;
+          send_ = recv_ = at(b, 0);
+        } else {
+          Side& s = add("sendbuff", c);
+          s.init = s.expect = {D(r, 0, c, 0)};
+          Side& d = add("recvbuff", c);
+          d.init = {U(0, c)};
+          d.expect = {writes ? R(0, c, 0) : U(0, c)};
+          send_ = at(s, 0);
+          recv_ = at(d, 0);
+        }
+        break;
+      }
+      case Coll::kBroadcast:
+      case Coll::kBcast:
+        if (c_.inPlace) {
+          Side& b = add("buffer (in-place)", c);
+          b.init = {r == root ? D(root, 0, c, 0) : U(0, c)};
+          b.expect = {D(root, 0, c, 0)};
+          send_ = recv_ = at(b, 0);
+        } else {
+          Side& s = add("sendbuff", c);
+          s.init = s.expect = {D(r, 0, c, 0)};
+          Side& d = add("recvbuff", c);
+          d.init = {U(0, c)};
+          d.expect = {D(root, 0, c, 0)};
+          send_ = at(s, 0);
+          recv_ = at(d, 0);
+        }
+        break;
+      case Coll::kAllGather: {
+        Side& d = add(c_.inPlace ? "recvbuff (in-place)" : "recvbuff", N);
+        for (int p = 0; p < n_; ++p) d.expect.push_back(D(p, p * c, p * c + c, 0));
+        if (c_.inPlace) {
+          d.init = {U(0, rc), D(r, rc, rc + c, 0), U(rc + c, N)};
+          send_ = at(d, rc);
+        } else {
+          Side& s = add("sendbuff", c);
+          s.init = s.expect = {D(r, 0, c, 0)};
+          d.init = {U(0, N)};
+          send_ = at(s, 0);
+        }
+        recv_ = at(d, 0);
+        break;
+      }
+      case Coll::kReduceScatter:
+        if (c_.inPlace) {
+          Side& b = add("sendbuff (in-place)", N);
+          b.init = {D(r, 0, N, 0)};
+          b.expect = {D(r, 0, rc, 0), R(rc, rc + c, rc), D(r, rc + c, N, rc + c)};
+          send_ = at(b, 0);
+          recv_ = at(b, rc);
+        } else {
+          Side& s = add("sendbuff", N);
+          s.init = s.expect = {D(r, 0, N, 0)};
+          Side& d = add("recvbuff", c);
+          d.init = {U(0, c)};
+          d.expect = {R(0, c, rc)};
+          send_ = at(s, 0);
+          recv_ = at(d, 0);
+        }
+        break;
+      case Coll::kAlltoAll: {
+        Side& s = add("sendbuff", N);
+        s.init = s.expect = {D(r, 0, N, 0)};
+        Side& d = add("recvbuff", N);
+        d.init = {U(0, N)};
+        for (int p = 0; p < n_; ++p) d.expect.push_back(D(p, p * c, p * c + c, rc));
+        send_ = at(s, 0);
+        recv_ = at(d, 0);
+        break;
+      }
+      case Coll::kGather: {
+        std::vector<Region> gathered;
+        for (int p = 0; p < n_; ++p) gathered.push_back(D(p, p * c, p * c + c, 0));
+        if (c_.inPlace) {
+          // Root: sendbuff == recvbuff + root*count. Non-roots use the same shape; their
+          // buffer must keep its input and stay untouched elsewhere.
+          Side& b = add("recvbuff (in-place)", N);
+          b.init = {U(0, rc), D(r, rc, rc + c, 0), U(rc + c, N)};
+          b.expect = r == root ? gathered : b.init;
+          send_ = at(b, rc);
+          recv_ = at(b, 0);
+        } else {
+          Side& s = add("sendbuff", c);
+          s.init = s.expect = {D(r, 0, c, 0)};
+          Side& d = add(r == root ? "recvbuff" : "recvbuff of a non-root", N);
+          d.init = {U(0, N)};
+          d.expect = r == root ? gathered : d.init;
+          send_ = at(s, 0);
+          recv_ = at(d, 0);
+        }
+        break;
+      }
+      case Coll::kScatter:
+        if (c_.inPlace && r == root) {
+          Side& b = add("sendbuff (in-place)", N);
+          b.init = b.expect = {D(root, 0, N, 0)};
+          send_ = at(b, 0);
+          recv_ = at(b, size_t(root) * c);
+        } else {
+          Side& s = add(r == root ? "sendbuff" : "sendbuff of a non-root", N);
+          s.init = s.expect = {r == root ? D(root, 0, N, 0) : U(0, N)};
+          Side& d = add("recvbuff", c);
+          d.init = {U(0, c)};
+          d.expect = {D(root, 0, c, rc)};
+          send_ = at(s, 0);
+          recv_ = at(d, 0);
+        }
+        break;
+    }
+  }
+
+  bool makeOp(ncclComm_t comm, ncclRedOp_t* op) {
+    static const ncclRedOp_t kBuiltin[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+    if (c_.op < kOpPreMulImm) {
+      *op = kBuiltin[c_.op];
+      return true;
+    }
+    const uint64_t scalar = encodeValue(c_.dt, preMulScalar(c_.dt));
+    const bool immediate = c_.op == kOpPreMulImm;
+    // Host-immediate: the value is read by the create call; changing it afterwards must
+    // not matter. Device residence: only the pointer is kept and read when the operation
+    // runs, so the value set after the create call must be the one used.
+    storeBits(scalar_, 0, es_, immediate ? scalar : encodeValue(c_.dt, 5));
+    ncclResult_t res = ncclRedOpCreatePreMulSum(op, scalar_, c_.dt,
+                                                immediate ? ncclScalarHostImmediate : ncclScalarDevice, comm);
+    if (!ncclOk(res, "ncclRedOpCreatePreMulSum for " + describe(c_, n_), rank_)) return false;
+    storeBits(scalar_, 0, es_, immediate ? encodeValue(c_.dt, 7) : scalar);
+    op_ = *op;
+    haveOp_ = true;
+    return true;
+  }
+
+  bool checkRegion(const Side& s, const Region& reg) const {
+    size_t bad = 0, first = 0;
+    uint64_t firstGot = 0, firstWant = 0;
+    if (reg.kind == Region::kUntouched) {
+      size_t where = 0;
+      if (s.buf.untouched(reg.begin * es_, reg.end * es_, &where)) return true;
+      ADD_FAILURE() << "rank " << rank_ << ": " << describe(c_, n_) << ": " << s.name << ": byte " << where
+                    << " (element " << where / es_ << ") was written but must stay untouched";
+      return false;
+    }
+    for (size_t k = reg.begin; k < reg.end; ++k) {
+      uint64_t got = loadBits(s.buf.data(), k, es_);
+      size_t idx = reg.base + (k - reg.begin);
+      bool good;
+      uint64_t want;
+      if (reg.kind == Region::kData) {
+        want = gen(reg.src, idx);
+        good = got == want;
+      } else {
+        want = model_.expBits[idx % kPeriod];
+        good = model_.accepts(idx, got);
+      }
+      if (!good && bad++ == 0) {
+        first = k;
+        firstGot = got;
+        firstWant = want;
+      }
+    }
+    if (bad == 0) return true;
+    ADD_FAILURE() << "rank " << rank_ << ": " << describe(c_, n_) << ": " << s.name << " element " << first
+                  << ": got " << showElem(c_.dt, firstGot) << ", expected " << showElem(c_.dt, firstWant)
+                  << (reg.kind == Region::kData ? " (input of rank " + std::to_string(reg.src) + ")" : "")
+                  << "; " << bad << " wrong element(s) in [" << reg.begin << ", " << reg.end << ")";
+    return false;
+  }
+
+  Case c_;
+  int rank_, n_;
+  size_t es_;
+  ReductionModel model_;
+  std::vector<std::unique_ptr<Side>> sides_;
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+  alignas(8) unsigned char scalar_[8] = {};
+  ncclRedOp_t op_ = ncclSum;
+  bool haveOp_ = false;
+};
+
+// How a batch of cases is issued.
+enum class Launch { kBlocking, kStream, kStreamOddRanks };
+struct Batch {
+  std::vector<Case> cases;
+  bool grouped = false;
+  Launch launch = Launch::kBlocking;
+};
+
+// The sampled plan of one test; identical on every rank (and every process).
+std::vector<Batch> makePlan(Coll coll, Mode mode, int n) {
+  const int roots[3] = {0, n - 1, n / 2};
+  const uint64_t seed = 1000003ull * (int(coll) + 1) + 1009ull * n + (mode == Mode::kProcesses ? 7 : 0);
+  std::vector<Case> cases;
+  auto add = [&](ncclDataType_t dt, int op, size_t count, bool inPlace) {
+    size_t i = cases.size();
+    cases.push_back({coll, dt, op, count, inPlace, roots[i % 3], size_t(i % 4 == 3 ? 1 : 0), seed + 7919 * i});
+  };
+  const size_t counts[] = {0, 1, 7, 1023};
+  for (int t = 0; t < ncclNumTypes; ++t) {
+    auto dt = ncclDataType_t(t);
+    if (isReduction(coll)) {
+      for (int op = 0; op < kNumOpKinds; ++op)
+        for (int k = 0; k < 4; ++k) add(dt, op, counts[k], (k + t + op) % 2 == 1);
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        if (coll != Coll::kBcast) add(dt, kOpSum, counts[k], false);
+        // AlltoAll has no in-place form in NCCL 2.28.
+        if (coll != Coll::kAlltoAll) add(dt, kOpSum, counts[k], true);
+      }
+    }
+  }
+  std::vector<Batch> plan;
+  // Rotating mix: blocking, two queued on a stream, grouped, stream on odd ranks only,
+  // grouped on a stream.
+  for (size_t i = 0, b = 0; i < cases.size(); ++b) {
+    Batch batch;
+    size_t take = 1;
+    switch (b % 6) {
+      case 1: take = 2; batch.launch = Launch::kStream; break;
+      case 3: take = 3; batch.grouped = true; break;
+      case 4: batch.launch = Launch::kStreamOddRanks; break;
+      case 5: take = 3; batch.grouped = true; batch.launch = Launch::kStream; break;
+      default: break;
+    }
+    for (size_t k = 0; k < take && i < cases.size(); ++k) batch.cases.push_back(cases[i++]);
+    plan.push_back(batch);
+  }
+  // One large case, rotating datatype and operator over the tests. Collectives whose
+  // buffers hold n*count elements use 1- and 2-byte types from 4 ranks up.
+  const bool nTimes = coll == Coll::kAllGather || coll == Coll::kReduceScatter || coll == Coll::kAlltoAll ||
+                      coll == Coll::kGather || coll == Coll::kScatter;
+  std::vector<ncclDataType_t> types;
+  for (int t = 0; t < ncclNumTypes; ++t)
+    if (!nTimes || n < 4 || typeInfo(ncclDataType_t(t)).size <= 2) types.push_back(ncclDataType_t(t));
+  const size_t pick = size_t(int(coll) * 5 + n * 3 + (mode == Mode::kProcesses ? 1 : 0));
+  Case big{coll,
+           types[pick % types.size()],
+           isReduction(coll) ? int(pick % kNumOpKinds) : int(kOpSum),
+           kLargeCount,
+           coll == Coll::kBcast || (coll != Coll::kAlltoAll && pick % 2 == 1),
+           roots[pick % 3],
+           pick % 3 == 2 ? size_t(1) : size_t(0),
+           seed + 99991};
+  Batch large;
+  large.cases.push_back(big);
+  large.launch = pick % 2 == 0 ? Launch::kStream : Launch::kBlocking;
+  plan.push_back(large);
+  return plan;
+}
+
+// Runs the plan on one rank. A failed call stops the rank (its peers then hang and the
+// watchdog reports it); wrong data is reported and the plan continues.
+bool runPlan(const std::vector<Batch>& plan, ncclComm_t comm, int rank, int n) {
+  sncclStream_t stream = nullptr;
+  if (!ncclOk(sncclStreamCreate(&stream), "sncclStreamCreate", rank)) return false;
+  bool ok = true;
+  int wrong = 0;
+  for (const Batch& batch : plan) {
+    bool onStream = batch.launch == Launch::kStream || (batch.launch == Launch::kStreamOddRanks && rank % 2 == 1);
+    cudaStream_t s = onStream ? SNCCL_STREAM(stream) : nullptr;
+    std::vector<std::unique_ptr<CaseRun>> runs;
+    for (const Case& c : batch.cases) runs.push_back(std::make_unique<CaseRun>(c, rank, n));
+    if (batch.grouped) ok = ok && ncclOk(ncclGroupStart(), "ncclGroupStart", rank);
+    for (auto& run : runs) ok = ok && run->launch(comm, s);
+    if (batch.grouped) ok = ok && ncclOk(ncclGroupEnd(), "ncclGroupEnd", rank);
+    for (auto& run : runs) ok = run->releaseOp(comm) && ok;
+    if (onStream) ok = ncclOk(sncclStreamSynchronize(stream), "sncclStreamSynchronize", rank) && ok;
+    if (!ok) break;
+    for (auto& run : runs)
+      if (!run->check() && ++wrong >= 10) {
+        ADD_FAILURE() << "rank " << rank << ": stopping after 10 wrong results";
+        ok = false;
+        break;
+      }
+    if (!ok) break;
+  }
+  ncclOk(sncclStreamDestroy(stream), "sncclStreamDestroy", rank);
+  return ok && wrong == 0;
+}
+
+class Collectives : public ::testing::TestWithParam<std::tuple<Coll, Mode, int>> {};
+
+TEST_P(Collectives, Grid) {
+  auto [coll, mode, n] = GetParam();
+  const std::vector<Batch> plan = makePlan(coll, mode, n);
+  runRanks(mode, n, [&](ncclComm_t comm, int rank, int nranks) { return runPlan(plan, comm, rank, nranks); }, 120);
+}
+
+std::string gridName(const ::testing::TestParamInfo<std::tuple<Coll, Mode, int>>& info) {
+  auto [coll, mode, n] = info.param;
+  return std::string(collName(coll)) + "_" + modeName(mode) + "_" + std::to_string(n);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Collectives,
+                         ::testing::Combine(::testing::ValuesIn(kAllColls),
+                                            ::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         gridName);
+
+}  // namespace
