@@ -39,7 +39,8 @@ std::vector<unsigned char> inputBuffer(size_t bytes, ncclDataType_t dt) {
 void setRates(benchmark::State& state, size_t bytes, int touches) {
   const double total = double(state.iterations()) * double(bytes);
   state.SetBytesProcessed(int64_t(total));
-  state.counters["traffic"] = benchmark::Counter(total * touches, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+  state.counters["traffic"] =
+      benchmark::Counter(total * touches, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
 }
 
 void benchReduce(benchmark::State& state, const KernelTable* table, ncclDataType_t dt, size_t bytes) {
@@ -81,7 +82,8 @@ void registerAll() {
     for (const KernelTable* table : {&snccl::kernels::genericKernels(), snccl::kernels::avx2Kernels()}) {
       if (!table) continue;
       for (ncclDataType_t dt : {ncclFloat32, ncclFloat16, ncclBfloat16, ncclFloat8e4m3}) {
-        const std::string name = std::string("reduce_sum_") + table->isa + "/" + snccl::kernels::typeName(dt) + "/" + size;
+        const std::string name =
+            std::string("reduce_sum_") + table->isa + "/" + snccl::kernels::typeName(dt) + "/" + size;
         benchmark::RegisterBenchmark(name.c_str(), benchReduce, table, dt, bytes);
       }
     }

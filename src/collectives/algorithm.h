@@ -18,11 +18,16 @@ struct AlgorithmDef {
   CollKind coll;
   const char* help;    // one line for sn_info
   GenerateFn generate;
+  int maxRanks = 0;    // largest communicator it supports (0: any size)
 };
 
 std::span<const AlgorithmDef> algorithms();
 // The default algorithm for a collective (until the selector exists: the first listed).
 const AlgorithmDef* defaultAlgorithm(CollKind coll);
+// The algorithm for one call: SNCCL_ALGO when it names one that fits, else the fastest
+// fit by a simple rule (direct exchange for small 2-rank AllReduce, ring otherwise).
+// The cost-model selector replaces the rule later.
+const AlgorithmDef* selectAlgorithm(CollKind coll, int nranks, size_t bytes, const char* forced);
 const AlgorithmDef* findAlgorithm(CollKind coll, const char* name);
 
 // Schedule for a group of send/recv operations of one rank, in the order they were

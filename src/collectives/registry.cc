@@ -6,12 +6,13 @@
 
 namespace snccl {
 
-// Generators, one per file under ring/ and p2p/.
+// Generators, one per file under ring/, direct/ and p2p/.
 Status ringAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringAllGather(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringReduceScatter(const CollArgs&, const ChannelPlan&, Schedule*);
+Status directAllReducePair(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pAlltoAll(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pGather(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pScatter(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -27,6 +28,9 @@ constexpr AlgorithmDef kAlgorithms[] = {
      ringAllGather},
     {"ring", "ring", CollKind::kReduceScatter, "blocks summed along the ring, each ending at its owner",
      ringReduceScatter},
+    {"direct", "direct", CollKind::kAllReduce,
+     "2 ranks: exchange whole inputs and combine, one message latency; for small messages", directAllReducePair,
+     2},
     {"p2p", "p2p", CollKind::kAlltoAll, "direct send/recv with every peer, one lane per peer and direction",
      p2pAlltoAll},
     {"p2p", "p2p", CollKind::kGather, "every rank sends to the root, which receives on a lane per peer",
@@ -51,6 +55,30 @@ const AlgorithmDef* findAlgorithm(CollKind coll, const char* name) {
     if (a.coll == coll && std::strcmp(a.name, name) == 0) return &a;
   }
   return nullptr;
+}
+
+}  // namespace snccl
+
+namespace snccl {
+
+namespace {
+// Up to this size the direct exchange's single latency beats the ring's two steps; above
+// it the ring moves half as many bytes per rank.
+constexpr size_t kDirectMaxBytes = 64 * 1024;
+
+bool fits(const AlgorithmDef& a, int nranks) { return a.maxRanks == 0 || nranks <= a.maxRanks; }
+}  // namespace
+
+const AlgorithmDef* selectAlgorithm(CollKind coll, int nranks, size_t bytes, const char* forced) {
+  if (forced != nullptr && forced[0] != '\0') {
+    const AlgorithmDef* a = findAlgorithm(coll, forced);
+    if (a != nullptr && fits(*a, nranks)) return a;
+  }
+  if (coll == CollKind::kAllReduce && nranks == 2 && bytes <= kDirectMaxBytes) {
+    const AlgorithmDef* a = findAlgorithm(coll, "direct");
+    if (a != nullptr) return a;
+  }
+  return defaultAlgorithm(coll);
 }
 
 }  // namespace snccl

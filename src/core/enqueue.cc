@@ -109,16 +109,9 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
   return spec;
 }
 
-const AlgorithmDef* chooseAlgorithm(CollKind coll) {
-  const std::string& forced = params::getString(params::Id::Algo);
-  if (!forced.empty()) {
-    if (const AlgorithmDef* a = findAlgorithm(coll, forced.c_str())) return a;
-  }
-  return defaultAlgorithm(coll);
-}
-
-Result<std::shared_ptr<const Schedule>> cachedSchedule(ncclComm* comm, const CollArgs& args) {
-  const AlgorithmDef* alg = chooseAlgorithm(args.coll);
+Result<std::shared_ptr<const Schedule>> cachedSchedule(ncclComm* comm, const CollArgs& args, size_t elemSize) {
+  const AlgorithmDef* alg = selectAlgorithm(args.coll, args.nranks, args.count * elemSize,
+                                            params::getString(params::Id::Algo).c_str());
   if (alg == nullptr) return InternalError("no algorithm implements %s", collName(args.coll));
   std::lock_guard<std::mutex> lock(comm->cacheMutex);
   for (const ScheduleCacheEntry& e : comm->scheduleCache)
@@ -174,7 +167,7 @@ Result<ExecOp> buildCollective(const PendingOp& p) {
   args.root = isRooted(p.coll) ? p.root : 0;
   args.chunkElems = comm->slotBytes / e.elemSize;
   args.inPlace = inPlace(p, comm->rank, e.elemSize);
-  SNCCL_ASSIGN_OR_RETURN(e.sched, cachedSchedule(comm, args));
+  SNCCL_ASSIGN_OR_RETURN(e.sched, cachedSchedule(comm, args, e.elemSize));
   SNCCL_TRY(bindBuffers(&e, const_cast<void*>(p.sendbuff), p.recvbuff));
   return e;
 }

@@ -9,6 +9,7 @@
 
 #include "common/params.h"
 #include "transport/local/local_transport.h"
+#include "transport/net/net_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/transport.h"
 
@@ -18,6 +19,7 @@ namespace {
 const TransportDef kTransports[] = {
     localTransport(),
     shmTransport(),
+    netTransport(),
 };
 
 uint64_t fnv1a(const std::string& s) {

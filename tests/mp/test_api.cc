@@ -402,7 +402,9 @@ TEST(Api, PreMulSum) {
     for (double v : dout) ASSERT_EQ(v, 3.0 * n * (n + 1) / 2);
     // Wrong datatype, another communicator's op, destroyed op: rejected, comm still fine.
     EXPECT_EQ(ncclAllReduce(din.data(), dout.data(), 50, ncclDouble, op, c, nullptr), ncclInvalidArgument);
-    if (rank == 0) EXPECT_EQ(ncclAllReduce(in.data(), out.data(), 5, ncclFloat, op, other[0], nullptr), ncclInvalidArgument);
+    if (rank == 0) {
+      EXPECT_EQ(ncclAllReduce(in.data(), out.data(), 5, ncclFloat, op, other[0], nullptr), ncclInvalidArgument);
+    }
     EXPECT_EQ(ncclRedOpDestroy(op, c), ncclSuccess);
     EXPECT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, op, c, nullptr), ncclInvalidArgument);
     EXPECT_EQ(ncclRedOpDestroy(op, c), ncclInvalidArgument);

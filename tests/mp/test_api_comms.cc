@@ -155,6 +155,26 @@ TEST(Comms, SplitEqualKeysNestedAndNonBlocking) {
   });
 }
 
+// The same over processes (shared-memory transport, bootstrap split between processes).
+TEST(Comms, SplitAcrossProcesses) {
+  sntest::runRanks(sntest::Mode::kProcesses, 5, [](ncclComm_t comm, int rank, int n) {
+    ncclComm_t child = nullptr;
+    if (ncclCommSplit(comm, rank % 2 == 0 ? 3 : 1, -rank, &child, nullptr) != ncclSuccess) {
+      std::fprintf(stderr, "rank %d: split: %s\n", rank, lastError().c_str());
+      return false;
+    }
+    std::vector<int> members;
+    for (int r = n - 1; r >= 0; --r)
+      if (r % 2 == rank % 2) members.push_back(r);
+    int64_t sum = 0;
+    for (int m : members) sum += m;
+    bool ok = mp::allreduceCheck(child, rank, sum, 300000, nullptr, "child") && mp::allgatherInts(child, rank) == members &&
+              mp::allreduceCheck(comm, 1, n, 1000, nullptr, "parent");
+    ncclCommDestroy(child);
+    return ok;
+  });
+}
+
 TEST(Comms, SplitBadArguments) {
   CommSet parent(1);
   ASSERT_TRUE(parent.ok());
@@ -222,6 +242,71 @@ TEST(Comms, FinalizeThenDestroy) {
     EXPECT_EQ(sncclStreamDestroy(s), ncclSuccess);
     EXPECT_EQ(ncclCommDestroy(comms[rank]), ncclSuccess);
   });
+}
+
+// ---- abort from another thread (what a framework watchdog does) ----
+
+// Rank 1 never joins the allreduce; a second thread of rank 0 aborts the communicator and
+// the blocked call returns an error instead of waiting for SNCCL_TIMEOUT.
+TEST(Comms, AbortFromAnotherThreadReleasesABlockedCollective) {
+  CommSet comms(2);
+  ASSERT_TRUE(comms.ok());
+  sntest::Watchdog dog(60, "abort from a watchdog thread");
+  std::atomic<int> result{-1};
+  std::atomic<double> returnedAt{0};
+  std::thread worker([&] {
+    std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
+    result = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comms[0], nullptr);
+    returnedAt = mp::nowSec();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  double t0 = mp::nowSec();
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  std::printf("ncclCommAbort took %.3f s\n", mp::nowSec() - t0);
+  comms.release(0);
+  worker.join();
+  EXPECT_NE(result.load(), int(ncclSuccess));
+  EXPECT_NE(result.load(), -1);
+  std::printf("the blocked allreduce returned %.3f s after the abort started\n", returnedAt.load() - t0);
+}
+
+// Work queued on a host stream whose peer never comes: abort releases it and
+// sncclStreamSynchronize reports the error.
+TEST(Comms, AbortReleasesQueuedStreamWork) {
+  CommSet comms(2);
+  ASSERT_TRUE(comms.ok());
+  sntest::Watchdog dog(60, "abort with queued stream work");
+  sncclStream_t s;
+  ASSERT_EQ(sncclStreamCreate(&s), ncclSuccess);
+  std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
+  for (int k = 0; k < 3; ++k)
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comms[0], SNCCL_STREAM(s)),
+              ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(sncclStreamQuery(s), ncclInProgress);
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  comms.release(0);
+  EXPECT_NE(sncclStreamSynchronize(s), ncclSuccess);
+  EXPECT_EQ(sncclStreamDestroy(s), ncclSuccess);
+}
+
+// A non-blocking init whose peer never comes can be aborted.
+TEST(Comms, AbortDuringNonBlockingInit) {
+  sntest::Watchdog dog(60, "abort during a non-blocking init");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&comm, 2, id, 0, &cfg), ncclInProgress) << lastError();
+  ASSERT_NE(comm, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ncclResult_t state = ncclSuccess;
+  EXPECT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  EXPECT_EQ(state, ncclInProgress);
+  double t0 = mp::nowSec();
+  EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+  std::printf("ncclCommAbort during init took %.3f s\n", mp::nowSec() - t0);
 }
 
 // ---- host streams ----

@@ -165,7 +165,7 @@ inline double ulpOf(ncclDataType_t dt, double x) {
 inline std::string showElem(ncclDataType_t dt, uint64_t bits) {
   char buf[96];
   if (typeInfo(dt).isFloat)
-    std::snprintf(buf, sizeof buf, "%.9g (0x%llx)", decodeFloat(dt, bits), (unsigned long long)bits);
+    std::snprintf(buf, sizeof buf, "%.17g (0x%llx)", decodeFloat(dt, bits), (unsigned long long)bits);
   else if (dt == ncclUint64)
     std::snprintf(buf, sizeof buf, "%llu", (unsigned long long)bits);
   else

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <functional>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@ namespace sntest {
 
 enum class Mode { kThreads, kProcesses };
 inline const char* modeName(Mode m) { return m == Mode::kThreads ? "threads" : "processes"; }
+inline void PrintTo(Mode m, std::ostream* os) { *os << modeName(m); }
 
 // Body of one rank. It reports failures with gtest assertions (threads) or by returning
 // false (processes: the exit code carries it).

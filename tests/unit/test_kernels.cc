@@ -1,6 +1,6 @@
 // Tests of the CPU reduction kernels (src/collectives/kernels) against a scalar reference
-// written from the format definitions: narrow floats are decoded with ldexp and rounded with
-// frexp/nearbyint, never with the kernels' bit recipes. Every kernel table this CPU can run
+// built on the test-side datatype model (tests/support/dtypes.h): small floats are decoded
+// with ldexp and rounded with frexp/nearbyint, never with the kernels' bit recipes. Every kernel table this CPU can run
 // (generic, avx2) is checked, for every dtype x op x {scale, finalize}, odd counts,
 // unaligned starts, in place and out of place, with guard bytes around each output.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -17,109 +17,62 @@
 
 #include "collectives/kernels/kernel_table.h"
 #include "collectives/kernels/reduce.h"
+#include "support/dtypes.h"
 
 namespace snccl::kernels {
 namespace {
 
-// ---------------------------------------------------------------- reference formats
+// ---------------------------------------------------------------- reference
 
-struct Format {
-  int expBits, manBits;
-  bool hasInf;    // IEEE-like: all-ones exponent is inf/NaN; else only S.1..1.1..1 is NaN
-  bool saturate;  // out-of-range values (and infinities) become +-max finite
-};
-constexpr Format kFp16{5, 10, true, false}, kBf16{8, 7, true, false};
-constexpr Format kE4M3{4, 3, false, true}, kE5M2{5, 2, true, true};
+using sntest::TypeInfo;
+using sntest::typeInfo;
 
-int bias(const Format& f) { return (1 << (f.expBits - 1)) - 1; }
-uint32_t signBit(const Format& f) { return 1u << (f.expBits + f.manBits); }
-uint32_t expMax(const Format& f) { return (1u << f.expBits) - 1; }
-uint32_t infCode(const Format& f) { return expMax(f) << f.manBits; }
-uint32_t nanCode(const Format& f) { return f.hasInf ? infCode(f) | 1u : (infCode(f) | ((1u << f.manBits) - 1)); }
-uint32_t maxCode(const Format& f) { return f.hasInf ? infCode(f) - 1 : nanCode(f) - 1; }
+// How the reference computes a dtype: integers in 64-bit two's complement, fp32 and fp64
+// natively, the small formats (fp16, bf16, fp8) through their decoded value.
+enum class Kind { kSigned, kUnsigned, kF32, kF64, kSmall };
 
-double refDecode(uint32_t code, const Format& f) {
-  const uint32_t e = (code >> f.manBits) & expMax(f), m = code & ((1u << f.manBits) - 1);
-  double v;
-  if (f.hasInf && e == expMax(f)) {
-    v = m ? NAN : INFINITY;
-  } else if (!f.hasInf && (code & ~signBit(f)) == nanCode(f)) {
-    v = NAN;
-  } else if (e == 0) {
-    v = std::ldexp(double(m), 1 - bias(f) - f.manBits);
-  } else {
-    v = std::ldexp(double(m + (1u << f.manBits)), int(e) - bias(f) - f.manBits);
-  }
-  return (code & signBit(f)) ? -v : v;
+Kind kindOf(const TypeInfo& t) {
+  if (!t.isFloat) return t.isSigned ? Kind::kSigned : Kind::kUnsigned;
+  return t.size == 4 ? Kind::kF32 : t.size == 8 ? Kind::kF64 : Kind::kSmall;
 }
 
-// Round to nearest, ties to even (nearbyint in the default rounding mode).
-uint32_t refEncode(double v, const Format& f) {
-  if (std::isnan(v)) return nanCode(f);
-  const uint32_t sign = std::signbit(v) ? signBit(f) : 0;
-  const double a = std::fabs(v);
-  const uint32_t overflow = f.saturate ? maxCode(f) : infCode(f);
-  if (std::isinf(a)) return sign | overflow;
-  if (a == 0) return sign;
-  int e;
-  std::frexp(a, &e);
-  int E = std::max(e - 1, 1 - bias(f));  // a = q * 2^(E - manBits), q < 2^(manBits+1)
-  double q = std::nearbyint(std::ldexp(a, f.manBits - E));
-  if (q >= std::ldexp(1.0, f.manBits + 1)) {  // rounded up into the next binade
-    q /= 2;
-    ++E;
-  }
-  const uint64_t hidden = 1ull << f.manBits;
-  const uint64_t code = q < double(hidden) ? uint64_t(q) : (uint64_t(E + bias(f)) << f.manBits) | (uint64_t(q) - hidden);
-  return sign | (code > maxCode(f) ? overflow : uint32_t(code));
-}
+// The special codes of a small format, which sntest's encoder leaves to its callers.
+uint32_t signBit(const TypeInfo& t) { return 1u << (t.expBits + t.mantBits); }
+uint32_t infCode(const TypeInfo& t) { return ((1u << t.expBits) - 1) << t.mantBits; }  // e4m3: a NaN
+uint32_t nanCode(const TypeInfo& t) { return infCode(t) | (t.finiteAllOnes ? (1u << t.mantBits) - 1 : 1u); }
+uint32_t maxCode(const TypeInfo& t) { return t.finiteAllOnes ? nanCode(t) - 1 : infCode(t) - 1; }
+bool saturates(const TypeInfo& t) { return t.size == 1; }  // fp8: __NV_SATFINITE
 
-// ---------------------------------------------------------------- reference ops
+double refDecode(uint64_t code, const TypeInfo& t) { return sntest::decodeSmallFloat(code, t); }
 
-enum class Kind { kSigned, kUnsigned, kF32, kF64, kNarrow };
-struct TypeInfo {
-  Kind kind;
-  size_t size;
-  Format fmt;
-};
-
-TypeInfo info(ncclDataType_t dt) {
-  switch (dt) {
-    case ncclInt8: return {Kind::kSigned, 1, {}};
-    case ncclUint8: return {Kind::kUnsigned, 1, {}};
-    case ncclInt32: return {Kind::kSigned, 4, {}};
-    case ncclUint32: return {Kind::kUnsigned, 4, {}};
-    case ncclInt64: return {Kind::kSigned, 8, {}};
-    case ncclUint64: return {Kind::kUnsigned, 8, {}};
-    case ncclFloat16: return {Kind::kNarrow, 2, kFp16};
-    case ncclFloat32: return {Kind::kF32, 4, {}};
-    case ncclFloat64: return {Kind::kF64, 8, {}};
-    case ncclBfloat16: return {Kind::kNarrow, 2, kBf16};
-    case ncclFloat8e4m3: return {Kind::kNarrow, 1, kE4M3};
-    default: return {Kind::kNarrow, 1, kE5M2};
-  }
-}
-
-uint64_t mask(size_t size) { return size == 8 ? ~0ull : (1ull << (8 * size)) - 1; }
-int64_t signExtend(uint64_t v, size_t size) {
-  const int shift = 64 - 8 * int(size);
-  return int64_t(v << shift) >> shift;
+// Round to nearest even; out of range, fp16/bf16 overflow to infinity and fp8 saturates to
+// max finite (infinities too).
+uint64_t refEncode(double v, const TypeInfo& t) {
+  if (std::isnan(v)) return nanCode(t);
+  const uint64_t sign = std::signbit(v) ? signBit(t) : 0, overflow = saturates(t) ? maxCode(t) : infCode(t);
+  if (std::isinf(v)) return sign | overflow;
+  // Encoded without its sign, a value that rounds past max finite shows as a larger code.
+  const uint64_t magnitude = sntest::encodeSmallFloat(std::fabs(v), t);
+  return sign | (magnitude > maxCode(t) ? overflow : magnitude);
 }
 
 // Values travel as their raw bits in a uint64_t; this is what a lane of a result must be.
-uint64_t refIntOp(ncclRedOp_t op, const TypeInfo& t, uint64_t a, uint64_t b) {
-  const bool s = t.kind == Kind::kSigned;
-  const bool aLess = s ? signExtend(a, t.size) < signExtend(b, t.size) : a < b;
+uint64_t refIntOp(ncclRedOp_t op, ncclDataType_t dt, uint64_t a, uint64_t b) {
+  const bool aLess = typeInfo(dt).isSigned ? sntest::decodeInt(dt, a) < sntest::decodeInt(dt, b) : a < b;
   switch (op) {
-    case ncclSum: return (a + b) & mask(t.size);
-    case ncclProd: return (a * b) & mask(t.size);
-    case ncclMax: return aLess ? b : a;
-    default: return aLess ? a : b;
+    case ncclSum:
+      return sntest::encodeInt(dt, int64_t(a + b));
+    case ncclProd:
+      return sntest::encodeInt(dt, int64_t(a * b));
+    case ncclMax:
+      return aLess ? b : a;
+    default:
+      return aLess ? a : b;
   }
 }
 
-uint64_t refIntDiv(const TypeInfo& t, uint64_t v, uint32_t d) {
-  if (t.kind == Kind::kSigned) return uint64_t(signExtend(v, t.size) / int64_t(d)) & mask(t.size);
+uint64_t refIntDiv(ncclDataType_t dt, uint64_t v, uint32_t d) {
+  if (typeInfo(dt).isSigned) return sntest::encodeInt(dt, sntest::decodeInt(dt, v) / int64_t(d));
   return v / d;
 }
 
@@ -127,8 +80,10 @@ template <class F>
 F refFloatOp(ncclRedOp_t op, F a, F b) {
   const bool nan = std::isnan(a) || std::isnan(b);
   switch (op) {
-    case ncclSum: return a + b;
-    case ncclProd: return a * b;
+    case ncclSum:
+      return a + b;
+    case ncclProd:
+      return a * b;
     case ncclMax:
       if (nan) return F(NAN);
       if (a == b) return std::signbit(a) && std::signbit(b) ? a : std::fabs(a) == 0 ? F(0) : a;
@@ -149,11 +104,13 @@ struct Case {
 };
 
 // g(x): the PreMulSum premultiplication, rounded to the dtype.
-uint64_t refScale(const Case& c, const TypeInfo& t, uint64_t x) {
-  switch (t.kind) {
+uint64_t refScale(const Case& c, uint64_t x) {
+  const TypeInfo& t = typeInfo(c.dt);
+  switch (kindOf(t)) {
     case Kind::kSigned:
-    case Kind::kUnsigned: return (x * c.scalar) & mask(t.size);
-    case Kind::kF32: {
+    case Kind::kUnsigned:
+      return sntest::encodeInt(c.dt, int64_t(x * c.scalar));
+    case Kind::kF32: {  // volatile: the product is rounded even if the compiler could fuse
       volatile float p = std::bit_cast<float>(uint32_t(x)) * std::bit_cast<float>(uint32_t(c.scalar));
       return std::bit_cast<uint32_t>(float(p));
     }
@@ -161,22 +118,20 @@ uint64_t refScale(const Case& c, const TypeInfo& t, uint64_t x) {
       volatile double p = std::bit_cast<double>(x) * std::bit_cast<double>(c.scalar);
       return std::bit_cast<uint64_t>(double(p));
     }
-    default: {
-      float p = float(refDecode(uint32_t(x), t.fmt)) * float(refDecode(uint32_t(c.scalar), t.fmt));
-      return refEncode(p, t.fmt);
-    }
+    default:
+      return refEncode(float(refDecode(x, t)) * float(refDecode(c.scalar, t)), t);
   }
 }
 
 // reduce(): a op g(b), then / divisor.
 uint64_t refReduce(const Case& c, uint64_t a, uint64_t b) {
-  const TypeInfo t = info(c.dt);
-  if (c.scale) b = refScale(c, t, b);
-  switch (t.kind) {
+  const TypeInfo& t = typeInfo(c.dt);
+  if (c.scale) b = refScale(c, b);
+  switch (kindOf(t)) {
     case Kind::kSigned:
     case Kind::kUnsigned: {
-      uint64_t r = refIntOp(c.op, t, a, b);
-      return c.finalize ? refIntDiv(t, r, c.divisor) : r;
+      uint64_t r = refIntOp(c.op, c.dt, a, b);
+      return c.finalize ? refIntDiv(c.dt, r, c.divisor) : r;
     }
     case Kind::kF32: {
       float r = refFloatOp(c.op, std::bit_cast<float>(uint32_t(a)), std::bit_cast<float>(uint32_t(b)));
@@ -189,96 +144,124 @@ uint64_t refReduce(const Case& c, uint64_t a, uint64_t b) {
       return std::bit_cast<uint64_t>(r);
     }
     default: {
-      float r = refFloatOp(c.op, float(refDecode(uint32_t(a), t.fmt)), float(refDecode(uint32_t(b), t.fmt)));
+      float r = refFloatOp(c.op, float(refDecode(a, t)), float(refDecode(b, t)));
       if (c.finalize) r /= float(c.divisor);  // in fp32, before the one rounding to the dtype
-      return refEncode(r, t.fmt);
+      return refEncode(r, t);
     }
   }
 }
 
 // copy(): g(src), then / divisor; a plain copy of the bits when neither applies.
 uint64_t refCopy(const Case& c, uint64_t x) {
-  const TypeInfo t = info(c.dt);
-  if (c.scale) x = refScale(c, t, x);
+  const TypeInfo& t = typeInfo(c.dt);
+  if (c.scale) x = refScale(c, x);
   if (!c.finalize) return x;
-  switch (t.kind) {
+  switch (kindOf(t)) {
     case Kind::kSigned:
-    case Kind::kUnsigned: return refIntDiv(t, x, c.divisor);
-    case Kind::kF32: return std::bit_cast<uint32_t>(std::bit_cast<float>(uint32_t(x)) / float(c.divisor));
-    case Kind::kF64: return std::bit_cast<uint64_t>(std::bit_cast<double>(x) / double(c.divisor));
-    default: return refEncode(float(refDecode(uint32_t(x), t.fmt)) / float(c.divisor), t.fmt);
+    case Kind::kUnsigned:
+      return refIntDiv(c.dt, x, c.divisor);
+    case Kind::kF32:
+      return std::bit_cast<uint32_t>(std::bit_cast<float>(uint32_t(x)) / float(c.divisor));
+    case Kind::kF64:
+      return std::bit_cast<uint64_t>(std::bit_cast<double>(x) / double(c.divisor));
+    default:
+      return refEncode(float(refDecode(x, t)) / float(c.divisor), t);
   }
 }
 
-bool isNaN(ncclDataType_t dt, uint64_t v) {
-  const TypeInfo t = info(dt);
-  switch (t.kind) {
-    case Kind::kF32: return std::isnan(std::bit_cast<float>(uint32_t(v)));
-    case Kind::kF64: return std::isnan(std::bit_cast<double>(v));
-    case Kind::kNarrow: return std::isnan(refDecode(uint32_t(v), t.fmt));
-    default: return false;
-  }
-}
+bool isNaN(ncclDataType_t dt, uint64_t v) { return typeInfo(dt).isFloat && std::isnan(sntest::decodeFloat(dt, v)); }
 
 // NaN payloads and signs are not specified; every other result must match to the bit.
-bool same(ncclDataType_t dt, uint64_t got, uint64_t want) {
-  return isNaN(dt, want) ? isNaN(dt, got) : got == want;
-}
+bool same(ncclDataType_t dt, uint64_t got, uint64_t want) { return isNaN(dt, want) ? isNaN(dt, got) : got == want; }
 
 // ---------------------------------------------------------------- inputs
 
+uint64_t mask(size_t size) { return size == 8 ? ~0ull : (1ull << (8 * size)) - 1; }
+
 uint64_t specialValue(ncclDataType_t dt, std::mt19937_64& rng) {
-  const TypeInfo t = info(dt);
+  const TypeInfo& t = typeInfo(dt);
   const size_t pick = rng() % 12;
-  if (t.kind == Kind::kSigned || t.kind == Kind::kUnsigned) {
-    const uint64_t m = mask(t.size), top = (m >> 1) + 1;
-    const uint64_t v[] = {0, 1, m, top, top - 1, 2, m - 1, 3, top + 1, 5, m - 4, 7};
-    return v[pick];
+  switch (kindOf(t)) {
+    case Kind::kSigned:
+    case Kind::kUnsigned: {
+      const uint64_t m = mask(t.size), top = (m >> 1) + 1;
+      const uint64_t v[] = {0, 1, m, top, top - 1, 2, m - 1, 3, top + 1, 5, m - 4, 7};
+      return v[pick];
+    }
+    case Kind::kF32: {
+      const float v[] = {NAN,    -NAN,           INFINITY,        -INFINITY,     0.0f,           -0.0f,
+                         1e-45f, 1.1754942e-38f, 1.17549435e-38f, 3.4028235e38f, -3.4028235e38f, 1.5f};
+      return std::bit_cast<uint32_t>(v[pick]);
+    }
+    case Kind::kF64: {
+      const double v[] = {NAN,
+                          -NAN,
+                          INFINITY,
+                          -INFINITY,
+                          0.0,
+                          -0.0,
+                          5e-324,
+                          2.2250738585072009e-308,
+                          2.2250738585072014e-308,
+                          1.7976931348623157e308,
+                          -1.7976931348623157e308,
+                          0.75};
+      return std::bit_cast<uint64_t>(v[pick]);
+    }
+    default: {
+      // Zeros, smallest and largest subnormal, smallest normal, max finite, NaN, infinity.
+      const uint32_t minNormal = 1u << t.mantBits, inf = t.finiteAllOnes ? 1u : infCode(t);
+      const uint32_t v[] = {0,
+                            signBit(t),
+                            1,
+                            minNormal - 1,
+                            minNormal,
+                            maxCode(t),
+                            maxCode(t) | signBit(t),
+                            nanCode(t),
+                            nanCode(t) | signBit(t),
+                            inf,
+                            inf | signBit(t),
+                            uint32_t(refEncode(1.0, t))};
+      return v[pick];
+    }
   }
-  if (t.kind == Kind::kF32) {
-    const float v[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, 1.1754942e-38f,
-                       1.17549435e-38f, 3.4028235e38f, -3.4028235e38f, 1.5f};
-    return std::bit_cast<uint32_t>(v[pick]);
-  }
-  if (t.kind == Kind::kF64) {
-    const double v[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 5e-324, 2.2250738585072009e-308,
-                        2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308, 0.75};
-    return std::bit_cast<uint64_t>(v[pick]);
-  }
-  const Format& f = t.fmt;
-  const uint32_t v[] = {0, signBit(f), 1, (1u << f.manBits) - 1, 1u << f.manBits, maxCode(f),
-                        maxCode(f) | signBit(f), nanCode(f), nanCode(f) | signBit(f),
-                        f.hasInf ? infCode(f) : 0u, f.hasInf ? infCode(f) | signBit(f) : 1u, refEncode(1.0, f)};
-  return v[pick];
 }
 
 uint64_t randomValue(ncclDataType_t dt, std::mt19937_64& rng) {
-  const TypeInfo t = info(dt);
+  const TypeInfo& t = typeInfo(dt);
   const unsigned kind = rng() % 8;
   if (kind < 2) return specialValue(dt, rng);
   if (kind < 5) return rng() & mask(t.size);  // any bit pattern: every exponent, NaNs included
   // Moderate magnitudes, so sums and products mostly stay in range and exercise rounding.
   std::uniform_real_distribution<double> dist(-8.0, 8.0);
   const double x = dist(rng);
-  switch (t.kind) {
+  switch (kindOf(t)) {
     case Kind::kSigned:
-    case Kind::kUnsigned: return uint64_t(int64_t(x * 16)) & mask(t.size);
-    case Kind::kF32: return std::bit_cast<uint32_t>(float(x));
-    case Kind::kF64: return std::bit_cast<uint64_t>(x);
-    default: return refEncode(float(x), t.fmt);
+    case Kind::kUnsigned:
+      return sntest::encodeInt(dt, int64_t(x * 16));
+    case Kind::kF32:
+      return std::bit_cast<uint32_t>(float(x));
+    case Kind::kF64:
+      return std::bit_cast<uint64_t>(x);
+    default:
+      return refEncode(float(x), t);
   }
 }
 
 uint64_t scalarFor(ncclDataType_t dt, int which) {
-  const TypeInfo t = info(dt);
   const double v[] = {0.3, -2.5, 3.0};
   const int64_t iv[] = {3, -1, 0x55};
-  switch (t.kind) {
+  switch (kindOf(typeInfo(dt))) {
     case Kind::kSigned:
-    case Kind::kUnsigned: return uint64_t(iv[which % 3]) & mask(t.size);
-    case Kind::kF32: return std::bit_cast<uint32_t>(float(v[which % 3]));
-    case Kind::kF64: return std::bit_cast<uint64_t>(v[which % 3]);
-    default: return refEncode(v[which % 3], t.fmt);
+    case Kind::kUnsigned:
+      return sntest::encodeInt(dt, iv[which % 3]);
+    case Kind::kF32:
+      return std::bit_cast<uint32_t>(float(v[which % 3]));
+    case Kind::kF64:
+      return std::bit_cast<uint64_t>(v[which % 3]);
+    default:
+      return refEncode(v[which % 3], typeInfo(dt));
   }
 }
 
@@ -290,20 +273,6 @@ RedOpSpec specFor(const Case& c) {
   op.divisor = c.divisor;
   return op;
 }
-
-// AssertionResult streams each value through its own Message, so std::hex would not stick.
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-uint64_t get(const unsigned char* p, size_t i, size_t size) {
-  uint64_t v = 0;
-  std::memcpy(&v, p + i * size, size);
-  return v;
-}
-void put(unsigned char* p, size_t i, size_t size, uint64_t v) { std::memcpy(p + i * size, &v, size); }
 
 // Elements from a 64-byte aligned base plus `offset` elements, with patterned guard bytes
 // before and after them.
@@ -336,11 +305,13 @@ std::vector<const KernelTable*> tables() {
   return t;
 }
 
-constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,   ncclInt32,    ncclUint32,
-                                     ncclInt64,   ncclUint64,  ncclFloat16,  ncclFloat32,
+constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                     ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                      ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 constexpr ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin};
 constexpr size_t kCounts[] = {0, 1, 7, 15, 16, 17, 1023, 4099};
+
+std::string show(ncclDataType_t dt, uint64_t bits) { return sntest::showElem(dt, bits); }
 
 std::string describe(const KernelTable& k, const Case& c, size_t count, const char* where) {
   return std::string(k.isa) + " " + typeName(c.dt) + " " + opName(c.op) + (c.scale ? " scaled" : "") +
@@ -357,21 +328,23 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
   Buffer a(count, size, offA), b(count, size, offB), d(count, size, offD);
   std::vector<uint64_t> va(count), vb(count);
   for (size_t i = 0; i < count; ++i) {
-    put(a.data(), i, size, va[i] = randomValue(c.dt, rng));
-    put(b.data(), i, size, vb[i] = randomValue(c.dt, rng));
+    sntest::storeBits(a.data(), i, size, va[i] = randomValue(c.dt, rng));
+    sntest::storeBits(b.data(), i, size, vb[i] = randomValue(c.dt, rng));
   }
   Buffer& out = alias == Alias::kDstIsA ? a : alias == Alias::kDstIsB ? b : d;
   reduceWith(k, out.data(), a.data(), b.data(), count, c.dt, specFor(c), c.scale, c.finalize);
   const char* where = alias == Alias::kDstIsA ? "dst==a" : alias == Alias::kDstIsB ? "dst==b" : "out of place";
   for (size_t i = 0; i < count; ++i) {
-    const uint64_t got = get(out.data(), i, size), want = refReduce(c, va[i], vb[i]);
+    const uint64_t got = sntest::loadBits(out.data(), i, size), want = refReduce(c, va[i], vb[i]);
     if (!same(c.dt, got, want)) {
-      return ::testing::AssertionFailure() << describe(k, c, count, where) << ": element " << i << " a=" << hex(va[i])
-                                           << " b=" << hex(vb[i]) << " got " << hex(got) << " want " << hex(want);
+      return ::testing::AssertionFailure()
+             << describe(k, c, count, where) << ": element " << i << " a=" << show(c.dt, va[i])
+             << " b=" << show(c.dt, vb[i]) << " got " << show(c.dt, got) << " want " << show(c.dt, want);
     }
   }
   for (size_t i = 0; i < count; ++i) {
-    if ((&out != &a && get(a.data(), i, size) != va[i]) || (&out != &b && get(b.data(), i, size) != vb[i])) {
+    if ((&out != &a && sntest::loadBits(a.data(), i, size) != va[i]) ||
+        (&out != &b && sntest::loadBits(b.data(), i, size) != vb[i])) {
       return ::testing::AssertionFailure() << describe(k, c, count, where) << ": changed an input";
     }
   }
@@ -386,19 +359,19 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
   const size_t size = typeSize(c.dt);
   Buffer s(count, size, count % 3), d(count, size, (count + 1) % 4);
   std::vector<uint64_t> vs(count);
-  for (size_t i = 0; i < count; ++i) put(s.data(), i, size, vs[i] = randomValue(c.dt, rng));
+  for (size_t i = 0; i < count; ++i) sntest::storeBits(s.data(), i, size, vs[i] = randomValue(c.dt, rng));
   Buffer& out = inPlace ? s : d;
   copyWith(k, out.data(), s.data(), count, c.dt, specFor(c), c.scale, c.finalize);
   for (size_t i = 0; i < count; ++i) {
-    const uint64_t got = get(out.data(), i, size), want = refCopy(c, vs[i]);
+    const uint64_t got = sntest::loadBits(out.data(), i, size), want = refCopy(c, vs[i]);
     if (!same(c.dt, got, want)) {
-      return ::testing::AssertionFailure() << describe(k, c, count, inPlace ? "copy in place" : "copy")
-                                           << ": element " << i << " src=" << hex(vs[i]) << " got " << hex(got)
-                                           << " want " << hex(want);
+      return ::testing::AssertionFailure()
+             << describe(k, c, count, inPlace ? "copy in place" : "copy") << ": element " << i
+             << " src=" << show(c.dt, vs[i]) << " got " << show(c.dt, got) << " want " << show(c.dt, want);
     }
   }
   for (size_t i = 0; i < count && !inPlace; ++i) {
-    if (get(s.data(), i, size) != vs[i]) {
+    if (sntest::loadBits(s.data(), i, size) != vs[i]) {
       return ::testing::AssertionFailure() << describe(k, c, count, "copy") << ": changed the source";
     }
   }
@@ -412,8 +385,8 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
 
 TEST(KernelNames, TypesAndOps) {
   const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  const char* names[] = {"int8",  "uint8", "int32",  "uint32",   "int64",  "uint64",
-                         "half",  "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
+  const char* names[] = {"int8", "uint8", "int32",  "uint32",   "int64",  "uint64",
+                         "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
   for (int i = 0; i < ncclNumTypes; ++i) {
     EXPECT_EQ(typeSize(ncclDataType_t(i)), sizes[i]);
     EXPECT_STREQ(typeName(ncclDataType_t(i)), names[i]);
@@ -440,7 +413,7 @@ TEST(Kernels, EveryTableIsFilled) {
         EXPECT_NE(k->map[dt][s][0], nullptr);
         EXPECT_NE(k->map[dt][s][1], nullptr);
       }
-      EXPECT_EQ(k->toFloat[dt] != nullptr, info(dt).kind == Kind::kNarrow) << typeName(dt);
+      EXPECT_EQ(k->toFloat[dt] != nullptr, kindOf(typeInfo(dt)) == Kind::kSmall) << typeName(dt);
     }
   }
 }
@@ -534,12 +507,7 @@ TEST(Kernels, PublicApiUsesBestTable) {
 
 // ---------------------------------------------------------------- conversions
 
-struct NarrowType {
-  ncclDataType_t dt;
-  Format fmt;
-};
-constexpr NarrowType kNarrow[] = {
-    {ncclFloat16, kFp16}, {ncclBfloat16, kBf16}, {ncclFloat8e4m3, kE4M3}, {ncclFloat8e5m2, kE5M2}};
+constexpr ncclDataType_t kSmallTypes[] = {ncclFloat16, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
 std::vector<uint64_t> allCodes(size_t size) {
   std::vector<uint64_t> codes(size_t(1) << (8 * size));
@@ -549,7 +517,7 @@ std::vector<uint64_t> allCodes(size_t size) {
 
 std::vector<unsigned char> pack(const std::vector<uint64_t>& codes, size_t size) {
   std::vector<unsigned char> out(codes.size() * size);
-  for (size_t i = 0; i < codes.size(); ++i) put(out.data(), i, size, codes[i]);
+  for (size_t i = 0; i < codes.size(); ++i) sntest::storeBits(out.data(), i, size, codes[i]);
   return out;
 }
 
@@ -557,26 +525,27 @@ std::vector<unsigned char> pack(const std::vector<uint64_t>& codes, size_t size)
 // saturating fp8 formats turn infinity into max finite.
 TEST(Conversions, ExhaustiveRoundTrip) {
   for (const KernelTable* k : tables()) {
-    for (const NarrowType& t : kNarrow) {
-      const size_t size = typeSize(t.dt);
+    for (ncclDataType_t dt : kSmallTypes) {
+      const TypeInfo& t = typeInfo(dt);
+      const size_t size = typeSize(dt);
       const std::vector<uint64_t> codes = allCodes(size);
       const std::vector<unsigned char> packed = pack(codes, size);
       std::vector<float> wide(codes.size());
-      k->toFloat[t.dt](wide.data(), packed.data(), codes.size());
+      k->toFloat[dt](wide.data(), packed.data(), codes.size());
       std::vector<unsigned char> back(packed.size());
-      k->fromFloat[t.dt](back.data(), wide.data(), codes.size());
+      k->fromFloat[dt](back.data(), wide.data(), codes.size());
       for (size_t i = 0; i < codes.size(); ++i) {
-        const double want = refDecode(uint32_t(i), t.fmt);
-        const uint64_t again = get(back.data(), i, size);
+        const double want = refDecode(i, t);
+        const uint64_t again = sntest::loadBits(back.data(), i, size);
         if (std::isnan(want)) {
-          ASSERT_TRUE(std::isnan(wide[i])) << k->isa << " " << typeName(t.dt) << " code " << i;
-          ASSERT_TRUE(std::isnan(refDecode(uint32_t(again), t.fmt))) << k->isa << " " << typeName(t.dt) << " " << i;
+          ASSERT_TRUE(std::isnan(wide[i])) << k->isa << " " << typeName(dt) << " code " << i;
+          ASSERT_TRUE(std::isnan(refDecode(again, t))) << k->isa << " " << typeName(dt) << " " << i;
           continue;
         }
         ASSERT_EQ(std::bit_cast<uint64_t>(double(wide[i])), std::bit_cast<uint64_t>(want))
-            << k->isa << " " << typeName(t.dt) << " code " << i;
-        const uint64_t expect = std::isinf(want) && t.fmt.saturate ? (i & signBit(t.fmt)) | maxCode(t.fmt) : i;
-        ASSERT_EQ(again, expect) << k->isa << " " << typeName(t.dt) << " code " << i;
+            << k->isa << " " << typeName(dt) << " code " << i;
+        const uint64_t expect = std::isinf(want) && saturates(t) ? (i & signBit(t)) | maxCode(t) : i;
+        ASSERT_EQ(again, expect) << k->isa << " " << typeName(dt) << " code " << i;
       }
     }
   }
@@ -586,25 +555,29 @@ TEST(Conversions, ExhaustiveRoundTrip) {
 // ties), one fp32 ulp either side of it, and random fp32 bit patterns.
 TEST(Conversions, NarrowingRoundsToNearestEven) {
   std::mt19937_64 rng(2024);
-  for (const NarrowType& t : kNarrow) {
-    const size_t size = typeSize(t.dt);
+  for (ncclDataType_t dt : kSmallTypes) {
+    const TypeInfo& t = typeInfo(dt);
+    const size_t size = typeSize(dt);
     std::vector<float> in;
     for (uint32_t code = 0; code < (1u << (8 * size)); ++code) {
-      const double lo = refDecode(code, t.fmt), hi = refDecode(code + 1, t.fmt);
-      if (std::isnan(lo) || std::isnan(hi) || std::isinf(lo) || std::isinf(hi) || (code & signBit(t.fmt)) != ((code + 1) & signBit(t.fmt))) continue;
+      const double lo = refDecode(code, t), hi = refDecode(code + 1, t);
+      if (std::isnan(lo) || std::isnan(hi) || std::isinf(lo) || std::isinf(hi) ||
+          (code & signBit(t)) != ((code + 1) & signBit(t)))
+        continue;
       const float mid = float((lo + hi) / 2);  // exact: fewer significant bits than fp32
       in.insert(in.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY), -mid});
     }
     for (int i = 0; i < 200000; ++i) in.push_back(std::bit_cast<float>(uint32_t(rng())));
-    in.insert(in.end(), {INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 65519.996f, 65520.0f, 448.0f, 464.0f,
-                         464.00003f, 57344.0f, 61440.0f, 61439.996f, 3.4028235e38f});
+    in.insert(in.end(), {INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 65519.996f, 65520.0f, 448.0f, 464.0f, 464.00003f,
+                         57344.0f, 61440.0f, 61439.996f, 3.4028235e38f});
     for (const KernelTable* k : tables()) {
       std::vector<unsigned char> out(in.size() * size);
-      k->fromFloat[t.dt](out.data(), in.data(), in.size());
+      k->fromFloat[dt](out.data(), in.data(), in.size());
       for (size_t i = 0; i < in.size(); ++i) {
-        const uint64_t got = get(out.data(), i, size), want = refEncode(in[i], t.fmt);
-        ASSERT_TRUE(same(t.dt, got, want)) << k->isa << " " << typeName(t.dt) << " " << in[i] << " (" << hex(std::bit_cast<uint32_t>(in[i]))
-                                           << ") got " << hex(got) << " want " << hex(want);
+        const uint64_t got = sntest::loadBits(out.data(), i, size), want = refEncode(in[i], t);
+        ASSERT_TRUE(same(dt, got, want)) << k->isa << " " << typeName(dt) << " "
+                                         << sntest::showElem(ncclFloat32, std::bit_cast<uint32_t>(in[i])) << " got "
+                                         << show(dt, got) << " want " << show(dt, want);
       }
     }
   }
@@ -618,18 +591,18 @@ TEST(Conversions, TablesAgreeBitForBit) {
   std::mt19937_64 rng(31337);
   std::vector<float> in(1 << 20);
   for (float& f : in) f = std::bit_cast<float>(uint32_t(rng()));
-  for (const NarrowType& t : kNarrow) {
-    const size_t size = typeSize(t.dt);
+  for (ncclDataType_t dt : kSmallTypes) {
+    const size_t size = typeSize(dt);
     std::vector<unsigned char> outG(in.size() * size), outV(in.size() * size);
-    g.fromFloat[t.dt](outG.data(), in.data(), in.size());
-    v.fromFloat[t.dt](outV.data(), in.data(), in.size());
-    EXPECT_EQ(outG, outV) << typeName(t.dt);
+    g.fromFloat[dt](outG.data(), in.data(), in.size());
+    v.fromFloat[dt](outV.data(), in.data(), in.size());
+    EXPECT_EQ(outG, outV) << typeName(dt);
     const std::vector<unsigned char> codes = pack(allCodes(size), size);
     const size_t n = codes.size() / size;
     std::vector<float> wideG(n), wideV(n);
-    g.toFloat[t.dt](wideG.data(), codes.data(), n);
-    v.toFloat[t.dt](wideV.data(), codes.data(), n);
-    EXPECT_EQ(0, std::memcmp(wideG.data(), wideV.data(), n * sizeof(float))) << typeName(t.dt);
+    g.toFloat[dt](wideG.data(), codes.data(), n);
+    v.toFloat[dt](wideV.data(), codes.data(), n);
+    EXPECT_EQ(0, std::memcmp(wideG.data(), wideV.data(), n * sizeof(float))) << typeName(dt);
   }
 }
 

@@ -41,7 +41,7 @@ const KernelTable& bestKernels();
 // reduce() and copy() on an explicit table; the public functions use bestKernels().
 void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
                 const RedOpSpec& op, bool scaleB, bool finalize);
-void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt,
-              const RedOpSpec& op, bool scale, bool finalize);
+void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op,
+              bool scale, bool finalize);
 
 }  // namespace snccl::kernels

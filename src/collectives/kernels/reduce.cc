@@ -30,9 +30,8 @@ size_t typeSize(ncclDataType_t dt) {
 }
 
 const char* typeName(ncclDataType_t dt) {
-  static constexpr const char* kNames[ncclNumTypes] = {"int8",  "uint8",  "int32",  "uint32",
-                                                       "int64", "uint64", "half",   "float",
-                                                       "double", "bfloat16", "f8e4m3", "f8e5m2"};
+  static constexpr const char* kNames[ncclNumTypes] = {"int8", "uint8", "int32",  "uint32",   "int64",  "uint64",
+                                                       "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
   return dt >= 0 && dt < ncclNumTypes ? kNames[dt] : "invalid";
 }
 
@@ -85,8 +84,8 @@ void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, s
   }
 }
 
-void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt,
-              const RedOpSpec& op, bool scale, bool finalize) {
+void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op,
+              bool scale, bool finalize) {
   if (count == 0 || typeSize(dt) == 0) return;
   const bool s = scale && op.hasScalar, f = divides(op, finalize);
   if (s || f) {
@@ -96,13 +95,12 @@ void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, nc
   }
 }
 
-void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const RedOpSpec& op,
-            bool scaleB, bool finalize) {
+void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scaleB,
+            bool finalize) {
   reduceWith(bestKernels(), dst, a, b, count, dt, op, scaleB, finalize);
 }
 
-void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scale,
-          bool finalize) {
+void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scale, bool finalize) {
   copyWith(bestKernels(), dst, src, count, dt, op, scale, finalize);
 }
 

@@ -1,5 +1,5 @@
 // Private to src/collectives/kernels: the typed reduction loops and the table that names
-// them, instantiated once per ISA translation unit (see vec_formats.h for the namespace rule).
+// them, instantiated once per ISA translation unit (see vec_types.h for the namespace rule).
 //
 // A loop runs whole vectors, then the remainder once through the same lane code on a
 // zero-padded copy, so results never depend on count or alignment. Loads and stores go
@@ -126,8 +126,8 @@ inline void forEach2(unsigned char* d, const unsigned char* a, const unsigned ch
   using VE = typename Tr::VE;
   constexpr size_t kL = Tr::kLanes, kBytes = sizeof(VE);
   size_t i = 0;
-  for (; i + kUnroll * kL <= n; i += kUnroll * kL, d += kUnroll * kBytes, a += kUnroll * kBytes,
-                                b += kUnroll * kBytes) {
+  for (; i + kUnroll * kL <= n;
+       i += kUnroll * kL, d += kUnroll * kBytes, a += kUnroll * kBytes, b += kUnroll * kBytes) {
     VE x[kUnroll], y[kUnroll];
     for (size_t u = 0; u < kUnroll; ++u) x[u] = loadVec<VE>(a + u * kBytes);
     for (size_t u = 0; u < kUnroll; ++u) y[u] = loadVec<VE>(b + u * kBytes);
@@ -179,13 +179,12 @@ template <class Tr, bool kScale, bool kFinalize>
 void mapLoop(void* dst, const void* src, size_t n, const RedOpSpec& op) {
   const uint32_t divisor = op.divisor;
   const typename Tr::Acc s = kScale ? scalarOf<Tr>(op) : typename Tr::Acc{};
-  forEach1<Tr>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), n,
-               [&](typename Tr::VE x) {
-                 typename Tr::VA r = Tr::widen(x);
-                 if constexpr (kScale) r = scaleBy<Tr>(r, s);
-                 if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);
-                 return Tr::narrow(r);
-               });
+  forEach1<Tr>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), n, [&](typename Tr::VE x) {
+    typename Tr::VA r = Tr::widen(x);
+    if constexpr (kScale) r = scaleBy<Tr>(r, s);
+    if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);
+    return Tr::narrow(r);
+  });
 }
 
 template <class Tr>

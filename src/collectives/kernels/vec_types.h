@@ -84,15 +84,11 @@ inline VU zext(Vec<E, kNarrowLanes> v) {
   // reload through memory would stall store forwarding.
   __m128i in;
   if constexpr (sizeof v == 4) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    in = _mm_cvtsi32_si128(int(bits));
+    in = _mm_cvtsi32_si128(std::bit_cast<int>(v));
   } else if constexpr (sizeof v == 8) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    in = _mm_cvtsi64_si128(int64_t(bits));
+    in = _mm_cvtsi64_si128(std::bit_cast<long long>(v));
   } else {
-    std::memcpy(&in, &v, sizeof in);
+    in = (__m128i)v;
   }
 #if defined(SNCCL_KERNEL_AVX2)
   const __m256i w = sizeof(E) == 1 ? _mm256_cvtepu8_epi32(in) : _mm256_cvtepu16_epi32(in);
@@ -124,17 +120,14 @@ inline Vec<E, kNarrowLanes> trunc(VU v) {
     x = _mm_packs_epi32(x, x);
   }
 #endif
-  Vec<E, kNarrowLanes> r;
-  if constexpr (sizeof r == 4) {
-    const uint32_t bits = uint32_t(_mm_cvtsi128_si32(x));
-    std::memcpy(&r, &bits, sizeof r);
-  } else if constexpr (sizeof r == 8) {
-    const uint64_t bits = uint64_t(_mm_cvtsi128_si64(x));
-    std::memcpy(&r, &bits, sizeof r);
+  using R = Vec<E, kNarrowLanes>;
+  if constexpr (sizeof(R) == 4) {
+    return std::bit_cast<R>(_mm_cvtsi128_si32(x));
+  } else if constexpr (sizeof(R) == 8) {
+    return std::bit_cast<R>(_mm_cvtsi128_si64(x));
   } else {
-    std::memcpy(&r, &x, sizeof r);
+    return (R)x;
   }
-  return r;
 #else
   return __builtin_convertvector(v, Vec<E, kNarrowLanes>);
 #endif

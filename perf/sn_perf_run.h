@@ -1,0 +1,82 @@
+// Process-wide state of a perf run, shared by the threads that drive its ranks.
+#pragma once
+
+#include <atomic>
+#include <barrier>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sn_perf.h"
+#include "sn_perf_colls.h"
+#include "sn_perf_report.h"
+
+namespace snperf {
+
+// -T: when no operation completes for the given time, abort the communicators of this
+// process, print nccl-tests' timeout line and exit 4.
+class Watchdog {
+ public:
+  ~Watchdog() { stop(); }
+  void start(int seconds, struct Job* job);
+  void stop();
+  void beat() {
+    if (seconds_ > 0) last_.store(nowNs(), std::memory_order_relaxed);
+  }
+  bool fired() const { return fired_.load(); }
+
+ private:
+  static int64_t nowNs();
+  [[noreturn]] void fire();
+
+  int seconds_ = 0;
+  Job* job_ = nullptr;
+  std::atomic<int64_t> last_{0};
+  std::atomic<bool> fired_{false};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// One thread's contribution to a result, read by the first thread of its process.
+struct ThreadSlot {
+  double time = 0;
+  uint64_t wrong = 0;
+};
+
+struct Job {
+  Job(const Options& o, const CollDesc& c, Coordinator& co, Report& r, int threads)
+      : opt(o), coll(c), coord(co), report(r), bar(threads), slots(threads) {}
+
+  const Options& opt;
+  const CollDesc& coll;
+  Coordinator& coord;
+  Report& report;
+  int nProcs = 1;
+  int proc = 0;
+  int nRanks = 1;
+  size_t minBytes = 0;
+  size_t maxBytes = 0;
+  std::string host;
+  ncclUniqueId id{};
+  std::barrier<> bar;
+  std::vector<ThreadSlot> slots;
+  Watchdog dog;
+  bool injectWrong = false;  // SNCCL_PERF_INJECT_WRONG: the test suite's corruption hook
+  double progressSec = 10;   // SNCCL_PERF_PROGRESS: seconds between progress lines, 0 = never
+  uint64_t localErrorResults = 0;  // results with wrong data on this process's ranks
+  std::timed_mutex commsMutex;
+  std::vector<ncclComm_t> comms;  // every communicator of this process, for -T's abort
+};
+
+// Runs thread `t`'s part of the sweep (t == 0 also aggregates, prints and reports).
+void runThread(Job& job, int t);
+
+// nccl-tests' failure lines, then the whole job ends with the matching exit code.
+[[noreturn]] void failNccl(Job& job, ncclResult_t r, ncclComm_t comm, const char* file, int line);
+[[noreturn]] void failInternal(Job& job, const std::string& what, const char* file, int line);
+
+// The sizes of the sweep, in order.
+std::vector<size_t> sweepSizes(const Options& o, size_t minBytes, size_t maxBytes);
+
+}  // namespace snperf

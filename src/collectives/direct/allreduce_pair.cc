@@ -1,0 +1,46 @@
+// Direct AllReduce for two ranks: each sends its whole input to the other and combines
+// the received data with its own input. One message latency instead of the ring's two,
+// which is what small messages pay for.
+//
+// Both ranks compute recv (+) own: for the two operands x0 and x1 rank 0 forms x1 + x0 and
+// rank 1 forms x0 + x1. Every NCCL op (sum, prod, max, min, and the PreMulSum/Avg forms)
+// is commutative in IEEE arithmetic for two operands, so both ranks end with the same
+// bits. With three or more ranks the orders would differ (non-associativity), so the
+// generator refuses them and the selector keeps the ring.
+//
+// Cross-rank invariant: message k of either rank is chunk k of its input; the lane sends
+// chunk k before it overwrites it (in place) with the combined result.
+#include "collectives/sched_util.h"
+
+namespace snccl {
+
+using namespace sched;
+
+Status directAllReducePair(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
+  SNCCL_TRY(checkCollArgs(a, plan, CollKind::kAllReduce));
+  if (a.nranks > 2) return InvalidUsage("the direct AllReduce handles 1 or 2 ranks, not %d", a.nranks);
+  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
+  out->bufs.push_back({BufRole::kInput, a.count});
+  out->bufs.push_back({BufRole::kOutput, a.count});
+  size_t used = 0;
+  if (a.count == 0) {
+    finishLanes(out, 0);
+    return OkStatus();
+  }
+  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
+  finishLanes(out, used);
+  if (a.nranks == 1) {
+    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
+    return OkStatus();
+  }
+  const int peer = 1 - a.rank;
+  steps.reserve(2 * ceilDiv(a.count, a.chunkElems));
+  for (size_t lo = 0; lo < a.count; lo += a.chunkElems) {
+    const size_t c = std::min(a.chunkElems, a.count - lo);
+    steps.push_back(mkSend(peer, inRef(lo), c));
+    steps.push_back(mkStep(Prim::kRecvReduceCopy, peer, -1, inRef(lo), outRef(lo), c, /*final=*/true));
+  }
+  return OkStatus();
+}
+
+}  // namespace snccl

@@ -1,0 +1,96 @@
+// Doorbell: futex_waitv over the ring words, eventfd towards the proxy's poll().
+#include "transport/net/doorbell.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include "common/wait.h"
+
+namespace snccl::net {
+
+namespace {
+
+#ifdef SYS_futex_waitv
+constexpr long kFutexWaitv = SYS_futex_waitv;
+#else
+constexpr long kFutexWaitv = 449;  // the number on every architecture that has it
+#endif
+
+futex_waitv waiter(std::atomic<uint32_t>* word, uint32_t expected) {
+  futex_waitv w{};
+  w.val = expected;
+  w.uaddr = reinterpret_cast<uintptr_t>(word);
+  w.flags = FUTEX_32;  // shared (no FUTEX_PRIVATE_FLAG), like futexWakeAll's FUTEX_WAKE
+  return w;
+}
+
+// Blocks until one of the words differs from its expected value or is woken.
+long waitv(futex_waitv* w, unsigned n) { return syscall(kFutexWaitv, w, n, 0, nullptr, CLOCK_MONOTONIC); }
+
+bool probeWaitv() {
+  std::atomic<uint32_t> word{1};
+  futex_waitv w = waiter(&word, 0);  // mismatch: returns EAGAIN at once where supported
+  return waitv(&w, 1) == 0 || errno != ENOSYS;
+}
+
+}  // namespace
+
+Doorbell::Doorbell(int eventFd) : eventFd_(eventFd) {
+  available_ = probeWaitv();
+  if (available_) thread_ = std::thread([this] { run(); });
+}
+
+Doorbell::~Doorbell() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  control_.fetch_add(1, std::memory_order_seq_cst);
+  futexWakeAll(&control_);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Doorbell::setWords(std::vector<std::atomic<uint32_t>*> words) {
+  if (!available_) return;
+  if (words.size() > kMaxWords) words.resize(kMaxWords);
+  std::unique_lock<std::mutex> lock(mu_);
+  words_ = std::move(words);
+  uint64_t gen = ++generation_;
+  control_.fetch_add(1, std::memory_order_seq_cst);
+  futexWakeAll(&control_);
+  cv_.wait(lock, [&] { return adopted_ >= gen || stop_; });
+}
+
+void Doorbell::run() {
+  std::vector<std::atomic<uint32_t>*> words;
+  std::vector<futex_waitv> w;
+  for (;;) {
+    uint32_t control = control_.load(std::memory_order_seq_cst);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      words = words_;
+      adopted_ = generation_;
+    }
+    cv_.notify_all();
+    w.clear();
+    for (auto* word : words) w.push_back(waiter(word, word->load(std::memory_order_seq_cst)));
+    w.push_back(waiter(&control_, control));
+    long r = waitv(w.data(), unsigned(w.size()));
+    // A ring word moved (r indexes it) or changed before we slept (EAGAIN: which one is
+    // unknown): ring the bell; a spurious ring only costs the proxy one empty pass. A
+    // control change just means a new word list.
+    bool control_moved = control_.load(std::memory_order_seq_cst) != control;
+    if ((r >= 0 && size_t(r) < words.size()) || (r < 0 && errno == EAGAIN && !control_moved)) {
+      uint64_t one = 1;
+      ssize_t k = write(eventFd_, &one, sizeof one);
+      (void)k;
+    }
+  }
+}
+
+}  // namespace snccl::net

@@ -1,0 +1,138 @@
+// The network plugin interface, shaped like NCCL's ncclNet_t (v11), and its registry.
+//
+// A Net moves whole messages between two processes over one connection pair: the
+// receiver listens and hands the listen handle to the sender out of band (the bootstrap);
+// the sender connects, the receiver accepts. Both calls are non-blocking: they return
+// success with a null comm until the connection is ready. Flow control is receiver
+// driven, as in NCCL: a message may only travel into a receive the receiver has posted,
+// so isend returns a null request ("no credit yet, retry") until the receiver's irecv is
+// known to the sender, and nothing ever arrives unexpected. Messages complete in the
+// order they were posted on a comm.
+//
+// Differences from ncclNet_t, all additive:
+//  - `imm`: 8 bytes of out-of-band data carried with each message and returned by test()
+//    on the receiver (snccl sends the operation signature in it). An adapter for an
+//    external ncclNet plugin would prefix it to the payload.
+//  - pollFds(): descriptors whose readiness means progress may be possible, so the proxy
+//    sleeps in poll() instead of spinning over test() as NCCL's proxy does. A plugin with
+//    nothing to offer returns false and the proxy polls it on a short timer.
+//  - cancelConnect(): frees a half-done connect the caller gives up on.
+// Every call returns a Status; nothing throws. A comm is used by one thread at a time.
+#pragma once
+
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace snccl::net {
+
+constexpr size_t kHandleBytes = 128;  // NCCL_NET_HANDLE_MAXSIZE
+
+// Pointer kinds a device can send from / receive into (ncclNetProperties_t::ptrSupport).
+enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4 };
+
+struct Properties {
+  std::string name;        // interface or HCA name
+  std::string pciPath;
+  uint64_t guid = 0;
+  int ptrSupport = kPtrHost;
+  int speedMbps = 0;
+  int port = 0;
+  float latencyUs = 0;
+  int maxComms = 0;
+  int maxRecvs = 1;        // receives that irecv may group in one request
+  size_t maxP2pBytes = 0;  // largest single message
+};
+
+// The listen handle: opaque bytes that travel from receiver to sender. While connect()
+// is in progress the plugin may keep its state in the handle, so the caller keeps it
+// alive and unchanged until connect() finishes, fails or is cancelled.
+struct Handle {
+  unsigned char bytes[kHandleBytes];
+};
+
+// What a plugin's comms derive from; the plugin creates and deletes them (close*).
+class Comm {
+ public:
+  virtual ~Comm() = default;
+};
+class ListenComm : public Comm {};
+class SendComm : public Comm {};
+class RecvComm : public Comm {};
+class Request {
+ public:
+  virtual ~Request() = default;
+};
+class MemHandle {
+ public:
+  virtual ~MemHandle() = default;
+};
+
+class Net {
+ public:
+  virtual ~Net() = default;
+  virtual const char* name() const = 0;
+
+  // Finds devices; a plugin whose init fails or that has no device is not used.
+  virtual Status init() = 0;
+  virtual int devices() const = 0;
+  virtual Status getProperties(int dev, Properties* props) const = 0;
+
+  virtual Status listen(int dev, Handle* handle, ListenComm** listenComm) = 0;
+  // Non-blocking: *sendComm / *recvComm stay null until the connection is ready.
+  virtual Status connect(int dev, Handle* handle, SendComm** sendComm) = 0;
+  virtual Status accept(ListenComm* listenComm, RecvComm** recvComm) = 0;
+  virtual void cancelConnect(Handle* handle) = 0;
+
+  // Memory registration (type: a PtrSupport bit). Host memory needs none on sockets.
+  virtual Status regMr(Comm* comm, void* data, size_t size, int type, MemHandle** mh) = 0;
+  virtual Status deregMr(Comm* comm, MemHandle* mh) = 0;
+
+  // *request is null when the message cannot be started yet (no posted receive at the
+  // peer, or too many requests in flight): call again later.
+  virtual Status isend(SendComm* comm, void* data, size_t size, int tag, uint64_t imm, MemHandle* mh,
+                       Request** request) = 0;
+  // Posts n receives (n <= maxRecvs); *request is null when none can be posted now.
+  virtual Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int* tags, MemHandle** mhs,
+                       Request** request) = 0;
+  // Makes received data visible to a device (GPUDirect); a completed no-op on hosts.
+  virtual Status iflush(RecvComm* comm, int n, void** data, int* sizes, MemHandle** mhs, Request** request) = 0;
+  // Progresses the request's comm. Once *done is set (or an error is returned) the
+  // request is gone. sizes[i] / imm: what arrived (receives) or was sent.
+  virtual Status test(Request* request, bool* done, size_t* sizes, uint64_t* imm) = 0;
+
+  // Appends the descriptors (and events) to wait for before the next test() can make
+  // progress. False when the plugin cannot tell (the caller then polls on a timer).
+  virtual bool pollFds(const Comm* comm, std::vector<pollfd>* fds) const = 0;
+
+  // Closing sends a best-effort goodbye so the peer can tell a clean close from a loss.
+  // abortCode != 0 (an ncclResult_t) tells the peer this end failed instead.
+  virtual Status closeSend(SendComm* comm, int abortCode) = 0;
+  virtual Status closeRecv(RecvComm* comm, int abortCode) = 0;
+  virtual Status closeListen(ListenComm* comm) = 0;
+};
+
+// One line of the plugin table.
+struct NetDef {
+  const char* name;  // matched case-insensitively against SNCCL_NET / NCCL_NET
+  const char* help;
+  Net* (*instance)();  // the process's instance, created on first use
+};
+
+std::span<const NetDef> netPlugins();
+
+// A short name of an ncclResult_t for messages (the transport layer sits below the API
+// that owns ncclGetErrorString).
+const char* resultName(int code);
+
+// The Net this process uses: SNCCL_NET's choice, else the first plugin that initialises
+// and has a device. The result is initialised, shared and lives until exit.
+Result<Net*> defaultNet();
+
+}  // namespace snccl::net

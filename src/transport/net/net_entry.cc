@@ -1,0 +1,232 @@
+// Net proxy entries: ring <-> net comm, both directions.
+#include "transport/net/net_entry.h"
+
+#include "common/log.h"
+#include "common/wait.h"
+
+namespace snccl::net {
+
+using Clock = std::chrono::steady_clock;
+
+NetEntry::NetEntry(Net* net, RingView ring, std::string what, int timeoutSec)
+    : net_(net), ring_(ring), what_(std::move(what)), timeoutSec_(timeoutSec) {}
+
+bool NetEntry::pollFds(std::vector<pollfd>* fds) {
+  if (state_ == State::kFailed) return true;
+  // A closing sender has a deadline to keep: wake on a timer too.
+  if (closing_) return false;
+  Comm* c = state_ == State::kActive ? comm() : setupComm();
+  if (c == nullptr) return false;
+  return net_->pollFds(c, fds);
+}
+
+void NetEntry::closeNet() { closeComm(abortCode_); }
+
+void NetEntry::publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
+                       std::atomic<uint32_t>& seq) {
+  // The same store-then-check-flag pairing as Connection::post/release, so a sleeping
+  // executor is always woken.
+  counter.store(value, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst)) {
+    seq.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(&seq);
+  }
+}
+
+bool NetEntry::handleLocalPoison() {
+  if (state_ == State::kFailed) return false;
+  uint32_t code = ring_.ctrl->poison.load(std::memory_order_acquire);
+  if (code == 0) return false;
+  SN_INFO(log::kNet, "NET : %s: the communicator failed or was aborted (%s); telling the peer",
+          what_.c_str(), resultName(int(code)));
+  state_ = State::kFailed;
+  abortCode_ = int(code);
+  inflight_.clear();
+  closeComm(abortCode_);
+  return true;
+}
+
+void NetEntry::fail(const Status& s) {
+  SN_INFO(log::kNet, "NET : %s: connection failed: %s", what_.c_str(), s.message().c_str());
+  state_ = State::kFailed;
+  inflight_.clear();
+  abortCode_ = int(s.code() == ncclSuccess ? ncclInternalError : s.code());
+  closeComm(abortCode_);
+  ConnCtrl* c = ring_.ctrl;
+  uint32_t expected = 0;
+  c->poison.compare_exchange_strong(expected, uint32_t(abortCode_));
+  c->tailSeq.fetch_add(1);
+  c->headSeq.fetch_add(1);
+  futexWakeAll(&c->tailSeq);
+  futexWakeAll(&c->headSeq);
+}
+
+void NetEntry::setActive() {
+  state_ = State::kActive;
+  Properties p;
+  std::string dev = net_->getProperties(0, &p).ok() ? p.name : "?";
+  SN_INFO(log::kNet, "NET : %s: connected via NET/%s/0 (%s)", what_.c_str(), net_->name(), dev.c_str());
+}
+
+// ---- Sender ------------------------------------------------------------------------
+
+SendEntry::SendEntry(Net* net, RingView ring, const Handle& handle, std::string what, int timeoutSec)
+    : NetEntry(net, ring, std::move(what), timeoutSec), handle_(handle) {}
+
+bool SendEntry::progress() {
+  if (state_ == State::kFailed) return false;
+  if (handleLocalPoison()) return true;
+  if (state_ == State::kSetup) {
+    Status s = net_->connect(0, &handle_, &comm_);
+    if (!s.ok()) {
+      fail(s);
+      return true;
+    }
+    if (comm_ == nullptr) return false;
+    setActive();
+  }
+  bool moved = false;
+  while (!inflight_.empty()) {
+    bool done = false;
+    size_t size = 0;
+    Status s = net_->test(inflight_.front(), &done, &size, nullptr);
+    if (!s.ok()) {
+      inflight_.pop_front();
+      fail(s);
+      return true;
+    }
+    if (!done) break;
+    inflight_.pop_front();
+    publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
+    moved = true;
+  }
+  uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
+  seen_ = tail;
+  while (posted_ < tail) {
+    const ConnFifoEntry& e = ring_.ctrl->fifo[posted_ % ring_.nsteps];
+    Request* r = nullptr;
+    Status s = net_->isend(comm_, ring_.slot(posted_), e.bytes, 0, e.sig, nullptr, &r);
+    if (!s.ok()) {
+      fail(s);
+      return true;
+    }
+    if (r == nullptr) break;  // no credit from the receiver yet: its CTS wakes us
+    inflight_.push_back(r);
+    ++posted_;
+    moved = true;
+  }
+  return moved;
+}
+
+bool SendEntry::arm() {
+  ring_.ctrl->recvSleeping.store(1, std::memory_order_seq_cst);
+  if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
+  // Only news since progress() looked counts: posted-but-uncredited messages wait on the
+  // socket, not on the executor.
+  return state_ != State::kActive || ring_.ctrl->tail.load(std::memory_order_seq_cst) == seen_;
+}
+
+bool SendEntry::detachReady() {
+  if (!closing_) {
+    closing_ = true;
+    closeDeadline_ = timeoutSec_ > 0 ? Clock::now() + std::chrono::seconds(timeoutSec_) : Clock::time_point::max();
+  }
+  if (state_ == State::kFailed) return true;
+  // Messages the executor posted must leave before the ring is freed: a destroyed
+  // communicator still owes its peers the data of its last operation.
+  uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
+  if (posted_ == tail && inflight_.empty()) return true;
+  if (Clock::now() < closeDeadline_) return false;
+  SN_WARN("NET : %s: closing with %llu message(s) undelivered after %d s (SNCCL_TIMEOUT)", what_.c_str(),
+          (unsigned long long)(tail - done_), timeoutSec_);
+  abortCode_ = ncclRemoteError;
+  return true;
+}
+
+void SendEntry::closeComm(int abortCode) {
+  if (comm_ != nullptr) {
+    Status s = net_->closeSend(comm_, abortCode);
+    if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", what_.c_str(), s.message().c_str());
+    comm_ = nullptr;
+  } else {
+    net_->cancelConnect(&handle_);
+  }
+}
+
+// ---- Receiver ----------------------------------------------------------------------
+
+RecvEntry::RecvEntry(Net* net, RingView ring, ListenComm* listen, std::string what, int timeoutSec)
+    : NetEntry(net, ring, std::move(what), timeoutSec), listen_(listen) {}
+
+bool RecvEntry::progress() {
+  if (state_ == State::kFailed) return false;
+  if (handleLocalPoison()) return true;
+  if (state_ == State::kSetup) {
+    Status s = net_->accept(listen_, &comm_);
+    if (!s.ok()) {
+      fail(s);
+      return true;
+    }
+    if (comm_ == nullptr) return false;
+    (void)net_->closeListen(listen_);
+    listen_ = nullptr;
+    setActive();
+  }
+  bool moved = false;
+  while (!inflight_.empty()) {
+    bool done = false;
+    size_t size = 0;
+    uint64_t imm = 0;
+    Status s = net_->test(inflight_.front(), &done, &size, &imm);
+    if (!s.ok()) {
+      inflight_.pop_front();
+      fail(s);
+      return true;
+    }
+    if (!done) break;
+    inflight_.pop_front();
+    ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
+    e.bytes = uint32_t(size);
+    e.sig = imm;
+    publish(ring_.ctrl->tail, ++done_, ring_.ctrl->recvSleeping, ring_.ctrl->tailSeq);
+    moved = true;
+  }
+  uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
+  seen_ = head;
+  while (posted_ < head + ring_.nsteps) {
+    void* data = ring_.slot(posted_);
+    size_t size = ring_.slotBytes;
+    int tag = 0;
+    Request* r = nullptr;
+    Status s = net_->irecv(comm_, 1, &data, &size, &tag, nullptr, &r);
+    if (!s.ok()) {
+      fail(s);
+      return true;
+    }
+    if (r == nullptr) break;
+    inflight_.push_back(r);
+    ++posted_;
+    moved = true;
+  }
+  return moved;
+}
+
+bool RecvEntry::arm() {
+  ring_.ctrl->sendSleeping.store(1, std::memory_order_seq_cst);
+  if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
+  return state_ != State::kActive || ring_.ctrl->head.load(std::memory_order_seq_cst) == seen_;
+}
+
+void RecvEntry::closeComm(int abortCode) {
+  if (listen_ != nullptr) {
+    (void)net_->closeListen(listen_);
+    listen_ = nullptr;
+  }
+  if (comm_ != nullptr) {
+    Status s = net_->closeRecv(comm_, abortCode);
+    if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", what_.c_str(), s.message().c_str());
+    comm_ = nullptr;
+  }
+}
+
+}  // namespace snccl::net

@@ -1,0 +1,111 @@
+// Proxy entries of the net transport: the link between a Connection's local ring and a
+// net comm, one per direction.
+//
+// The executor sees an ordinary ring in local memory. On the sending rank the proxy plays
+// the ring's receiver: it isends every slot the executor posted (tail) and frees the slot
+// (head) when the send completed. On the receiving rank it plays the ring's sender: it
+// posts an irecv for every free slot (up to nsteps ahead of head) and publishes tail when
+// data has arrived, re-posting after the executor releases the slot. The irecvs are the
+// credits of the net layer, so the two rings and the network form one credit loop: the
+// sending executor can run at most nsteps messages ahead of what the receiving executor
+// has consumed plus what the network holds.
+//
+// Failures: a net error poisons the ring (the executor then reports the peer instead of
+// waiting for its timeout); a ring poisoned by the executor (communicator error or abort)
+// closes the comm with an ABORT frame so the peer fails fast too.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <string>
+
+#include "transport/connection.h"
+#include "transport/net/net.h"
+#include "transport/net/proxy.h"
+
+namespace snccl::net {
+
+struct RingView {
+  ConnCtrl* ctrl;
+  char* slots;
+  uint32_t nsteps;
+  uint32_t slotBytes;
+  char* slot(uint64_t step) const { return slots + (step % nsteps) * size_t(slotBytes); }
+};
+
+class NetEntry : public ProxyEntry {
+ public:
+  bool pollFds(std::vector<pollfd>* fds) override;
+  void closeNet() override;
+
+ protected:
+  enum class State { kSetup, kActive, kFailed };
+  NetEntry(Net* net, RingView ring, std::string what, int timeoutSec);
+
+  // The comm the entry talks through (null while setting up or after failing).
+  virtual Comm* comm() const = 0;
+  virtual Comm* setupComm() const = 0;  // what to poll during setup (null: a timer)
+  virtual void closeComm(int abortCode) = 0;
+
+  // True when the executor poisoned the ring; closes the comm with an ABORT.
+  bool handleLocalPoison();
+  // Poisons the ring for the executor and drops the comm.
+  void fail(const Status& s);
+  void setActive();
+  // Publishes a counter the executor waits on and wakes it if it sleeps.
+  void publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
+               std::atomic<uint32_t>& seq);
+
+  Net* net_;
+  RingView ring_;
+  std::string what_;  // "rank 0 -> rank 3 (comm 1a2b...)"
+  int timeoutSec_;
+  State state_ = State::kSetup;
+  int abortCode_ = 0;
+  std::deque<Request*> inflight_;  // oldest first; they complete in this order
+  uint64_t posted_ = 0;            // messages handed to the net
+  uint64_t done_ = 0;              // messages completed (= head or tail published)
+  uint64_t seen_ = 0;              // the executor's counter when progress last looked
+  bool closing_ = false;
+  std::chrono::steady_clock::time_point closeDeadline_{};
+};
+
+class SendEntry : public NetEntry {
+ public:
+  SendEntry(Net* net, RingView ring, const Handle& handle, std::string what, int timeoutSec);
+  bool progress() override;
+  std::atomic<uint32_t>* wakeWord() override { return &ring_.ctrl->tailSeq; }
+  bool arm() override;
+  void disarm() override { ring_.ctrl->recvSleeping.store(0, std::memory_order_relaxed); }
+  bool detachReady() override;
+
+ protected:
+  Comm* comm() const override { return comm_; }
+  Comm* setupComm() const override { return nullptr; }
+  void closeComm(int abortCode) override;
+
+ private:
+  Handle handle_;
+  SendComm* comm_ = nullptr;
+};
+
+class RecvEntry : public NetEntry {
+ public:
+  RecvEntry(Net* net, RingView ring, ListenComm* listen, std::string what, int timeoutSec);
+  bool progress() override;
+  std::atomic<uint32_t>* wakeWord() override { return &ring_.ctrl->headSeq; }
+  bool arm() override;
+  void disarm() override { ring_.ctrl->sendSleeping.store(0, std::memory_order_relaxed); }
+  bool detachReady() override { return true; }  // nothing of the ring is owed to anyone
+
+ protected:
+  Comm* comm() const override { return comm_; }
+  Comm* setupComm() const override { return listen_; }
+  void closeComm(int abortCode) override;
+
+ private:
+  ListenComm* listen_;
+  RecvComm* comm_ = nullptr;
+};
+
+}  // namespace snccl::net

@@ -1,0 +1,68 @@
+// The table of net plugins and the choice of the one this process uses.
+#include <strings.h>
+
+#include <mutex>
+#include <string>
+
+#include "common/log.h"
+#include "common/params.h"
+#include "transport/net/net.h"
+#include "transport/net/socket/socket_net.h"
+
+namespace snccl::net {
+
+namespace {
+
+// In order of preference; "IB" goes first once it exists.
+const NetDef kNets[] = {
+    {"Socket", "TCP sockets: a control socket plus several data streams per connection", socketNet},
+};
+
+Result<Net*> chooseNet() {
+  const std::string& want = params::getString(params::Id::Net);
+  std::string tried;
+  for (const NetDef& d : kNets) {
+    if (!want.empty() && strcasecmp(want.c_str(), d.name) != 0) continue;
+    Net* net = d.instance();
+    Status s = net->init();
+    if (s.ok() && net->devices() > 0) {
+      SN_INFO(log::kNet | log::kInit, "Using network %s", d.name);
+      return net;
+    }
+    tried += std::string(tried.empty() ? "" : "; ") + d.name + ": " +
+             (s.ok() ? std::string("no device") : s.message());
+  }
+  if (!want.empty() && tried.empty()) {
+    std::string names;
+    for (const NetDef& d : kNets) names += std::string(names.empty() ? "" : ", ") + d.name;
+    return InvalidArgument("SNCCL_NET=%s names no network plugin (available: %s)", want.c_str(), names.c_str());
+  }
+  return SystemError("no network plugin is usable (%s)", tried.c_str());
+}
+
+}  // namespace
+
+const char* resultName(int code) {
+  switch (code) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    default: return "unknown error";
+  }
+}
+
+std::span<const NetDef> netPlugins() { return kNets; }
+
+Result<Net*> defaultNet() {
+  // Chosen once per process; a failure is remembered so every connection reports it.
+  static std::once_flag once;
+  static Result<Net*> chosen = Status(ncclInternalError, "unset");
+  std::call_once(once, [] { chosen = chooseNet(); });
+  return chosen;
+}
+
+}  // namespace snccl::net

@@ -1,0 +1,132 @@
+// The net transport: local rings for the executor, a net comm per connection, the proxy
+// between them.
+//
+// Handshake (transport.h): the receiver allocates its ring, listens and sends the listen
+// handle in the ConnBlob; the sender allocates its own ring and connects. Setup finishes
+// in the proxy thread (accept and connect are non-blocking), so neither rank waits here;
+// the executor simply finds no credit / no data until the connection is up, under its
+// usual deadline.
+#include "transport/net/net_transport.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/params.h"
+#include "transport/net/net.h"
+#include "transport/net/net_entry.h"
+#include "transport/net/proxy.h"
+
+namespace snccl {
+
+namespace {
+
+using net::Proxy;
+
+// The ring's memory; releases the proxy entry (which may first flush what the executor
+// posted) before the memory goes away.
+class NetRing : public ConnMemory {
+ public:
+  NetRing(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  ~NetRing() override {
+    if (entry_ != nullptr) Proxy::instance().release(entry_);
+    munmap(base_, bytes_);
+  }
+  void setEntry(net::ProxyEntry* e) { entry_ = e; }
+  ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
+  char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
+
+ private:
+  void* base_;
+  size_t bytes_;
+  net::ProxyEntry* entry_ = nullptr;
+};
+
+Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req) {
+  size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (base == MAP_FAILED) return ErrnoError(errno, "net transport: mmap of a %zu-byte ring failed", bytes);
+  initConnCtrl(static_cast<ConnCtrl*>(base), req.nsteps, req.slotBytes);
+  return std::make_unique<NetRing>(base, bytes);
+}
+
+Result<net::Net*> netFor(const ConnRequest& req) {
+  Result<net::Net*> n = net::defaultNet();
+  if (!n.ok()) {
+    Status s = n.status();
+    return s.addContext(format("net transport between rank %d and rank %d", req.rank, req.peer));
+  }
+  return n;
+}
+
+int timeoutSec() { return int(std::max<int64_t>(0, params::getInt(params::Id::Timeout))); }
+
+std::string describe(const ConnRequest& req, bool send) {
+  return format("rank %d %s rank %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer,
+                (unsigned long long)req.commHash);
+}
+
+// Different processes: local and shm come first in the table, so this is reached for
+// ranks on other nodes, or on this node when shm is disabled.
+bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.processToken != peer.processToken; }
+
+Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
+  SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
+  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req));
+  net::Handle handle{};
+  net::ListenComm* listen = nullptr;
+  SNCCL_TRY(n->listen(0, &handle, &listen));
+  // The handle travels in ConnBlob::name; a plugin whose handle is longer needs a larger
+  // ConnBlob, which is a change to transport.h, not something to truncate silently.
+  for (size_t i = sizeof blob->name; i < sizeof handle.bytes; ++i)
+    if (handle.bytes[i] != 0) {
+      (void)n->closeListen(listen);
+      return InternalError("net plugin %s: listen handle longer than %zu bytes does not fit ConnBlob", n->name(),
+                           sizeof blob->name);
+    }
+  std::memset(blob, 0, sizeof *blob);
+  std::strncpy(blob->transport, "net", sizeof blob->transport - 1);
+  blob->words[0] = req.nsteps;
+  blob->words[1] = req.slotBytes;
+  std::memcpy(blob->name, handle.bytes, sizeof blob->name);
+  net::RingView view{ring->ctrl(), ring->slots(), req.nsteps, req.slotBytes};
+  auto entry = std::make_unique<net::RecvEntry>(n, view, listen, describe(req, false), timeoutSec());
+  ring->setEntry(entry.get());
+  Proxy::instance().add(std::move(entry));
+  SN_INFO(log::kNet, "Channel 00/0 : %d[%d] -> %d[%d] [receive] via NET/%s/0", req.peer, req.remote->cudaDev,
+          req.rank, req.self->cudaDev, n->name());
+  ConnCtrl* ctrl = ring->ctrl();
+  char* slots = ring->slots();
+  return std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
+}
+
+Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
+  if (blob.words[0] != req.nsteps || blob.words[1] != req.slotBytes)
+    return InvalidUsage("rank %d and rank %d disagree on connection geometry (%u x %u vs %llu x %llu bytes): "
+                        "set SNCCL_STEPS/SNCCL_BUFFSIZE identically on all ranks",
+                        req.rank, req.peer, req.nsteps, req.slotBytes, (unsigned long long)blob.words[0],
+                        (unsigned long long)blob.words[1]);
+  SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
+  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req));
+  net::Handle handle{};
+  std::memcpy(handle.bytes, blob.name, sizeof blob.name);
+  net::RingView view{ring->ctrl(), ring->slots(), req.nsteps, req.slotBytes};
+  auto entry = std::make_unique<net::SendEntry>(n, view, handle, describe(req, true), timeoutSec());
+  ring->setEntry(entry.get());
+  Proxy::instance().add(std::move(entry));
+  SN_INFO(log::kNet, "Channel 00/0 : %d[%d] -> %d[%d] [send] via NET/%s/0", req.rank, req.self->cudaDev, req.peer,
+          req.remote->cudaDev, n->name());
+  ConnCtrl* ctrl = ring->ctrl();
+  char* slots = ring->slots();
+  return std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
+}
+
+}  // namespace
+
+TransportDef netTransport() {
+  return {"net", "ranks on different nodes (or shm disabled): a net plugin (SNCCL_NET) driven by the proxy thread",
+          canConnect, createRecv, connectSend};
+}
+
+}  // namespace snccl

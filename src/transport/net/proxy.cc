@@ -1,0 +1,162 @@
+// The proxy thread: progress, sleeping in poll(), detaching released entries.
+#include "transport/net/proxy.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "transport/net/doorbell.h"
+
+namespace snccl::net {
+
+namespace {
+constexpr int kTickMs = 1;  // poll timeout while some entry can only be polled on a timer
+}  // namespace
+
+Proxy& Proxy::instance() {
+  // One per process, deliberately never destroyed: the thread may outlive static
+  // destruction at exit. A forked child gets a fresh one (it has no proxy thread).
+  static std::mutex mu;
+  static Proxy* proxy = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (owner != getpid()) {
+    proxy = new Proxy();
+    owner = getpid();
+  }
+  return *proxy;
+}
+
+Proxy::Proxy() { eventFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+
+Proxy::~Proxy() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+  if (eventFd_ >= 0) close(eventFd_);
+}
+
+void Proxy::ring() {
+  uint64_t one = 1;
+  ssize_t k = write(eventFd_, &one, sizeof one);
+  (void)k;  // a full counter still wakes the reader
+}
+
+void Proxy::add(std::unique_ptr<ProxyEntry> entry) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adds_.push_back(std::move(entry));
+    if (!running_) {
+      // The previous thread (if any) set running_ = false under mu_ and no longer needs
+      // it: joining here cannot deadlock.
+      if (thread_.joinable()) thread_.join();
+      running_ = true;
+      thread_ = std::thread([this] { run(); });
+    }
+  }
+  ring();
+}
+
+void Proxy::release(ProxyEntry* entry) {
+  bool detached = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    releases_.push_back(Closing{entry, &detached});
+  }
+  ring();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return detached; });
+}
+
+bool Proxy::takeRequests(std::vector<Live>* live) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool changed = !adds_.empty();
+  for (auto& e : adds_) live->push_back(Live{std::move(e), nullptr});
+  adds_.clear();
+  bool anyDetached = false;
+  for (const Closing& c : releases_) {
+    auto it = std::find_if(live->begin(), live->end(), [&](const Live& l) { return l.entry.get() == c.entry; });
+    if (it != live->end()) {
+      it->detached = c.detached;
+    } else {
+      *c.detached = true;  // not ours (cannot happen): never leave the releaser waiting
+      anyDetached = true;
+    }
+  }
+  releases_.clear();
+  if (anyDetached) cv_.notify_all();
+  return changed;
+}
+
+void Proxy::run() {
+  Doorbell bell(eventFd_);
+  std::vector<Live> live;
+  std::vector<pollfd> fds;
+  for (;;) {
+    if (takeRequests(&live)) {
+      std::vector<std::atomic<uint32_t>*> words;
+      for (const Live& l : live) words.push_back(l.entry->wakeWord());
+      bell.setWords(std::move(words));
+    }
+    bool moved = false;
+    for (Live& l : live) moved |= l.entry->progress();
+
+    // Released entries that are done with their ring: stop watching their words first
+    // (the ring is freed as soon as the releasing thread sees `detached`), then close.
+    std::vector<std::unique_ptr<ProxyEntry>> gone;
+    for (Live& l : live)
+      if (l.detached != nullptr && l.entry->detachReady()) gone.push_back(std::move(l.entry));
+    if (!gone.empty()) {
+      std::vector<bool*> flags;
+      for (Live& l : live)
+        if (l.entry == nullptr) flags.push_back(l.detached);
+      live.erase(std::remove_if(live.begin(), live.end(), [](const Live& l) { return l.entry == nullptr; }),
+                 live.end());
+      std::vector<std::atomic<uint32_t>*> words;
+      for (const Live& l : live) words.push_back(l.entry->wakeWord());
+      bell.setWords(std::move(words));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (bool* f : flags) *f = true;
+      }
+      cv_.notify_all();
+      for (auto& e : gone) e->closeNet();
+      gone.clear();
+      moved = true;
+    }
+
+    if (live.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (adds_.empty() && releases_.empty()) {
+        running_ = false;
+        return;
+      }
+      continue;
+    }
+    if (moved) continue;
+
+    // Nothing moved: arm every ring, re-check, and sleep until a socket, the doorbell, an
+    // add/release, or (for entries that need it) the tick.
+    bool canSleep = true;
+    for (Live& l : live) canSleep = l.entry->arm() && canSleep;
+    if (canSleep) {
+      fds.clear();
+      fds.push_back(pollfd{eventFd_, POLLIN, 0});
+      bool tick = !bell.available() || live.size() > Doorbell::kMaxWords;
+      for (Live& l : live) tick = !l.entry->pollFds(&fds) || tick;
+      if (poll(fds.data(), fds.size(), tick ? kTickMs : -1) < 0 && errno != EINTR)
+        SN_WARN("NET : proxy poll failed: %s", strerror(errno));
+    }
+    for (Live& l : live) l.entry->disarm();
+    uint64_t drained = 0;
+    ssize_t k = read(eventFd_, &drained, sizeof drained);
+    (void)k;
+  }
+}
+
+}  // namespace snccl::net

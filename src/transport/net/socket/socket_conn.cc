@@ -1,0 +1,338 @@
+// Socket-net connection: credits, message framing, striping over streams, errors.
+#include "transport/net/socket/socket_conn.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace snccl::net::socknet {
+
+namespace {
+
+using sockwire::Frame;
+
+constexpr size_t kReadChunk = 4096;
+
+// Non-blocking send/recv of up to n bytes: the count moved (0 when the socket would
+// block); *eof for a receive that found the stream closed.
+Result<size_t> sendSome(const sock::Socket& s, const char* p, size_t n) {
+  for (;;) {
+    ssize_t k = ::send(s.fd(), p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k >= 0) return size_t(k);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
+    return RemoteError("send to %s failed: %s (errno %d)", s.peer().toString().c_str(), strerror(errno), errno);
+  }
+}
+
+Result<size_t> recvSome(const sock::Socket& s, char* p, size_t n, bool* eof) {
+  *eof = false;
+  for (;;) {
+    ssize_t k = ::recv(s.fd(), p, n, MSG_DONTWAIT);
+    if (k > 0) return size_t(k);
+    if (k == 0) {
+      *eof = true;
+      return size_t(0);
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
+    return RemoteError("receive from %s failed: %s (errno %d)", s.peer().toString().c_str(), strerror(errno),
+                       errno);
+  }
+}
+
+}  // namespace
+
+Conn::Conn(bool sender, std::vector<sock::Socket> socks, std::string what)
+    : sender_(sender), ctrl_(std::move(socks[0])), what_(std::move(what)) {
+  for (size_t i = 1; i < socks.size(); ++i) streams_.push_back(Stream{std::move(socks[i]), {}});
+  for (SockRequest& r : pool_) r.conn = this;
+  out_.reserve(kMaxRequests * (sizeof(Frame) + sockwire::kInlineMax) + 4 * sizeof(Frame));
+  in_.reserve(2 * kReadChunk);
+}
+
+SockRequest* Conn::allocRequest() {
+  for (SockRequest& r : pool_)
+    if (!r.used) {
+      r.used = true;
+      r.matched = false;
+      r.partsLeft = 0;
+      r.imm = 0;
+      return &r;
+    }
+  return nullptr;
+}
+
+size_t Conn::frameBytes(const Frame& f) const {
+  return sizeof(Frame) + (f.type == sockwire::kMsg && f.size <= sockwire::kInlineMax ? size_t(f.size) : 0);
+}
+
+void Conn::queueFrame(const Frame& f, const void* payload, size_t n) {
+  const char* fp = reinterpret_cast<const char*>(&f);
+  out_.insert(out_.end(), fp, fp + sizeof f);
+  if (n > 0) out_.insert(out_.end(), static_cast<const char*>(payload), static_cast<const char*>(payload) + n);
+}
+
+Status Conn::fail(Status s) {
+  if (!error_.ok()) return error_;
+  s.addContext("NET/Socket " + what_);
+  // After the peer's goodbye, failures are consequences of its close, not news.
+  if (!peerBye_) SN_WARN("%s", s.message().c_str());
+  error_ = s;
+  for (Stream& st : streams_) st.tasks.clear();
+  awaiting_.clear();
+  return error_;
+}
+
+// Assigns the parts of the message just framed (or matched) to the streams.
+void Conn::addParts(SockRequest* r, size_t size) {
+  sockwire::Part parts[sockwire::kMaxStreams];
+  int n = sockwire::splitMessage(seq_++, size, nstreams(), parts);
+  r->partsLeft = n;
+  for (int i = 0; i < n; ++i)
+    streams_[parts[i].stream].tasks.push_back(Task{r, r->data + parts[i].offset, parts[i].len, 0});
+}
+
+Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm) {
+  SNCCL_TRY(progress());
+  if (peerBye_ || ctrlEof_)
+    return fail(RemoteError("the receiver closed the connection; cannot send a %zu-byte message", size));
+  if (credits_.empty()) return static_cast<SockRequest*>(nullptr);
+  SockRequest* r = allocRequest();
+  if (r == nullptr) return r;
+  Credit c = credits_.front();
+  if (size > c.size || tag != c.tag) {
+    r->used = false;
+    return fail(InvalidUsage("message of %zu bytes (tag %d) does not fit the peer's posted receive of %zu bytes "
+                             "(tag %d): both ends must use the same SNCCL_BUFFSIZE/SNCCL_STEPS",
+                             size, tag, c.size, c.tag));
+  }
+  credits_.pop_front();
+  r->data = static_cast<char*>(data);
+  r->size = size;
+  r->tag = tag;
+  r->imm = imm;
+  Frame f{sockwire::kMsg, tag, size, imm};
+  queueFrame(f, data, size <= sockwire::kInlineMax ? size : 0);
+  addParts(r, size);
+  SNCCL_TRY(progress());
+  return r;
+}
+
+Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
+  SNCCL_TRY(progress());
+  if (peerBye_ || ctrlEof_) return fail(RemoteError("the sender closed the connection; cannot post a receive"));
+  SockRequest* r = allocRequest();
+  if (r == nullptr) return r;
+  r->data = static_cast<char*>(data);
+  r->size = size;
+  r->tag = tag;
+  awaiting_.push_back(r);
+  queueFrame(Frame{sockwire::kCts, tag, size, 0}, nullptr, 0);
+  SNCCL_TRY(progress());
+  return r;
+}
+
+Status Conn::test(SockRequest* r, bool* done, size_t* size, uint64_t* imm) {
+  *done = false;
+  if (r == nullptr || r->conn != this || !r->used) return InternalError("NET/Socket: test of an invalid request");
+  Status s = progress();
+  if (s.ok() && !sender_ && !r->matched && (peerBye_ || ctrlEof_))
+    s = fail(RemoteError("the sender closed the connection before the message this receive waits for"));
+  if (!s.ok()) {
+    r->used = false;
+    return s;
+  }
+  if (r->partsLeft > 0 || (!sender_ && !r->matched)) return OkStatus();
+  *done = true;
+  if (size != nullptr) *size = r->size;
+  if (imm != nullptr) *imm = r->imm;
+  r->used = false;
+  return OkStatus();
+}
+
+Status Conn::progress() {
+  if (!error_.ok()) return error_;
+  SNCCL_TRY(flushCtrl());
+  if (!ctrlEof_) SNCCL_TRY(readCtrl());
+  for (int i = 0; i < nstreams(); ++i) SNCCL_TRY(pumpStream(i));
+  return OkStatus();
+}
+
+Status Conn::flushCtrl() {
+  while (outOff_ < out_.size()) {
+    Result<size_t> k = sendSome(ctrl_, out_.data() + outOff_, out_.size() - outOff_);
+    if (!k.ok()) {
+      // A peer that said goodbye may already be gone; what we still had to say is moot.
+      if (!peerBye_) return fail(k.status());
+      out_.clear();
+      outOff_ = 0;
+      return OkStatus();
+    }
+    if (k.value() == 0) return OkStatus();
+    outOff_ += k.value();
+  }
+  out_.clear();
+  outOff_ = 0;
+  if (shutAfterFlush_) {
+    ::shutdown(ctrl_.fd(), SHUT_WR);
+    shutAfterFlush_ = false;
+  }
+  return OkStatus();
+}
+
+Status Conn::readCtrl() {
+  for (;;) {
+    size_t old = in_.size();
+    in_.resize(old + kReadChunk);
+    bool eof = false;
+    Result<size_t> k = recvSome(ctrl_, in_.data() + old, kReadChunk, &eof);
+    in_.resize(old + (k.ok() ? k.value() : 0));
+    if (!k.ok()) {
+      ctrlEof_ = true;
+      if (peerBye_) return OkStatus();
+      return fail(k.status());
+    }
+    size_t off = 0;
+    while (in_.size() - off >= sizeof(Frame)) {
+      Frame f;
+      std::memcpy(&f, in_.data() + off, sizeof f);
+      size_t need = frameBytes(f);
+      if (in_.size() - off < need) break;
+      SNCCL_TRY(handleFrame(f, in_.data() + off + sizeof f));
+      off += need;
+    }
+    in_.erase(in_.begin(), in_.begin() + long(off));
+    if (eof) {
+      ctrlEof_ = true;
+      if (!peerBye_)
+        return fail(RemoteError("lost the connection to %s: it closed the control socket without a goodbye "
+                                "(the peer process died or reset the connection)",
+                                ctrl_.peer().toString().c_str()));
+      return OkStatus();
+    }
+    if (k.value() == 0) return OkStatus();
+  }
+}
+
+Status Conn::handleFrame(const Frame& f, const char* payload) {
+  switch (f.type) {
+    case sockwire::kCts:
+      if (!sender_ || credits_.size() >= size_t(kMaxRequests))
+        return fail(InternalError("protocol error: unexpected credit frame from %s", ctrl_.peer().toString().c_str()));
+      credits_.push_back(Credit{size_t(f.size), f.tag});
+      return OkStatus();
+    case sockwire::kMsg:
+      if (sender_)
+        return fail(InternalError("protocol error: message frame sent to the sending end by %s",
+                                  ctrl_.peer().toString().c_str()));
+      return matchMessage(f, payload);
+    case sockwire::kBye:
+      peerBye_ = true;
+      if (!sender_ && !byeSent_) {
+        // Answer so the sender's close can finish without waiting for its deadline, and
+        // send nothing after it: no credit can be left unread at the sender's close.
+        queueFrame(Frame{sockwire::kBye, 0, 0, 0}, nullptr, 0);
+        byeSent_ = true;
+        shutAfterFlush_ = true;
+      }
+      return OkStatus();
+    case sockwire::kAbort:
+      return fail(RemoteError("%s reported a failure (%s) and closed the connection",
+                              ctrl_.peer().toString().c_str(), resultName(int(f.imm))));
+    default:
+      return fail(InternalError("protocol error: unknown frame type %u from %s", f.type,
+                                ctrl_.peer().toString().c_str()));
+  }
+}
+
+Status Conn::matchMessage(const Frame& f, const char* payload) {
+  if (awaiting_.empty())
+    return fail(InternalError("protocol error: a %llu-byte message arrived without a posted receive",
+                              (unsigned long long)f.size));
+  SockRequest* r = awaiting_.front();
+  if (f.size > r->size || f.tag != r->tag)
+    return fail(InvalidUsage("a %llu-byte message (tag %d) arrived for a %zu-byte receive (tag %d)",
+                             (unsigned long long)f.size, f.tag, r->size, r->tag));
+  awaiting_.pop_front();
+  r->matched = true;
+  r->size = size_t(f.size);
+  r->imm = f.imm;
+  if (f.size <= sockwire::kInlineMax) std::memcpy(r->data, payload, r->size);
+  addParts(r, r->size);
+  return OkStatus();
+}
+
+Status Conn::pumpStream(int index) {
+  Stream& st = streams_[index];
+  while (!st.tasks.empty()) {
+    Task& t = st.tasks.front();
+    bool eof = false;
+    Result<size_t> k = sender_ ? sendSome(st.sock, t.ptr + t.done, t.len - t.done)
+                               : recvSome(st.sock, t.ptr + t.done, t.len - t.done, &eof);
+    if (!k.ok()) {
+      Status s = k.status();
+      return fail(s.addContext(format("data stream %d", index)));
+    }
+    if (eof)
+      return fail(RemoteError("data stream %d from %s closed in the middle of a message (%zu of %zu bytes of "
+                              "its part received)",
+                              index, st.sock.peer().toString().c_str(), t.done, t.len));
+    if (k.value() == 0) return OkStatus();
+    t.done += k.value();
+    if (t.done == t.len) {
+      t.req->partsLeft--;
+      st.tasks.pop_front();
+    }
+  }
+  return OkStatus();
+}
+
+void Conn::pollFds(std::vector<pollfd>* fds) const {
+  if (!error_.ok()) return;
+  // Never register a socket with no wanted event: poll would report its hang-up forever.
+  short ce = short((ctrlEof_ ? 0 : POLLIN) | (outOff_ < out_.size() ? POLLOUT : 0));
+  if (ce != 0) fds->push_back(pollfd{ctrl_.fd(), ce, 0});
+  for (const Stream& st : streams_)
+    if (!st.tasks.empty()) fds->push_back(pollfd{st.sock.fd(), short(sender_ ? POLLOUT : POLLIN), 0});
+}
+
+void Conn::close(int abortCode, int lingerMs) {
+  if (abortCode != 0 || !error_.ok()) {
+    if (error_.ok()) {
+      queueFrame(Frame{sockwire::kAbort, 0, 0, uint64_t(abortCode)}, nullptr, 0);
+      (void)flushCtrl();
+    }
+    return;  // the sockets close with the Conn
+  }
+  if (!byeSent_) {
+    queueFrame(Frame{sockwire::kBye, 0, 0, 0}, nullptr, 0);
+    byeSent_ = true;
+  }
+  auto deadline = sock::Clock::now() + std::chrono::milliseconds(lingerMs);
+  auto waitFor = [&](short ev) {
+    int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - sock::Clock::now()).count());
+    pollfd p{ctrl_.fd(), ev, 0};
+    return ms > 0 && ::poll(&p, 1, std::min(ms, 100)) >= 0;
+  };
+  while (error_.ok() && outOff_ < out_.size()) {
+    if (!flushCtrl().ok() || outOff_ >= out_.size() || !waitFor(POLLOUT)) break;
+  }
+  if (!sender_) return;
+  // Data streams end with a FIN after their queued bytes; the control socket stays open
+  // for reading until the receiver's answer, so no unread credit turns the close into a
+  // reset that would discard frames still queued for the receiver.
+  for (Stream& st : streams_) ::shutdown(st.sock.fd(), SHUT_WR);
+  ::shutdown(ctrl_.fd(), SHUT_WR);
+  while (error_.ok() && !ctrlEof_ && !peerBye_) {
+    if (!readCtrl().ok() || ctrlEof_ || peerBye_ || !waitFor(POLLIN)) break;
+  }
+}
+
+}  // namespace snccl::net::socknet

@@ -1,0 +1,109 @@
+// One established socket-net connection (either end): the control socket, the data
+// streams, the request pool, and all non-blocking I/O on them.
+//
+// Buffering is bounded: at most kMaxRequests requests per connection, so the control
+// output holds at most that many frames (plus inline payloads), each stream at most that
+// many parts, and the sender's credit list at most that many posted receives. Payload
+// bytes are never staged: they go from the caller's buffer to the socket and back.
+//
+// Errors are sticky: once a socket fails, every later call returns the same Status, which
+// names the peer and what was lost. A goodbye (BYE) from the peer is not an error by
+// itself; only a receive that can no longer be satisfied is.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "transport/net/net.h"
+#include "transport/net/socket/socket_wire.h"
+
+namespace snccl::net::socknet {
+
+constexpr int kMaxRequests = 64;  // >= SNCCL_STEPS' maximum: one request per ring slot
+
+class Conn;
+
+class SockRequest : public Request {
+ public:
+  Conn* conn = nullptr;
+  bool used = false;
+  bool matched = false;  // receive: its MSG frame arrived (size and imm are known)
+  int tag = 0;
+  char* data = nullptr;
+  size_t size = 0;       // receive: posted bytes until matched, then the message's bytes
+  uint64_t imm = 0;
+  int partsLeft = 0;     // stream parts not yet fully written / read
+};
+
+class Conn {
+ public:
+  // socks[0] is the control socket, socks[1..] the data streams, all connected.
+  Conn(bool sender, std::vector<sock::Socket> socks, std::string what);
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  bool sender() const { return sender_; }
+  int nstreams() const { return int(streams_.size()); }
+  const std::string& what() const { return what_; }
+
+  // Null when there is no credit (sender) or no free request.
+  Result<SockRequest*> isend(void* data, size_t size, int tag, uint64_t imm);
+  Result<SockRequest*> irecv(void* data, size_t size, int tag);
+  Status test(SockRequest* r, bool* done, size_t* size, uint64_t* imm);
+  void pollFds(std::vector<pollfd>* fds) const;
+
+  // Clean close: BYE, then (sender) wait up to lingerMs for the peer's BYE or EOF so that
+  // unread credits cannot turn the close into a reset that destroys queued frames.
+  // abortCode != 0: ABORT with the code, best effort, no waiting.
+  void close(int abortCode, int lingerMs);
+
+ private:
+  struct Task {
+    SockRequest* req;
+    char* ptr;
+    size_t len;
+    size_t done;
+  };
+  struct Stream {
+    sock::Socket sock;
+    std::deque<Task> tasks;
+  };
+  struct Credit {
+    size_t size;
+    int tag;
+  };
+
+  Status progress();
+  Status flushCtrl();
+  Status readCtrl();
+  Status handleFrame(const sockwire::Frame& f, const char* payload);
+  Status matchMessage(const sockwire::Frame& f, const char* payload);
+  Status pumpStream(int index);
+  Status fail(Status s);
+  void queueFrame(const sockwire::Frame& f, const void* payload, size_t n);
+  void addParts(SockRequest* r, size_t size);
+  SockRequest* allocRequest();
+  size_t frameBytes(const sockwire::Frame& f) const;
+
+  const bool sender_;
+  sock::Socket ctrl_;
+  std::vector<Stream> streams_;
+  std::string what_;  // "rank 3 <- 10.77.0.2:41234" style description for messages
+  std::array<SockRequest, kMaxRequests> pool_;
+  std::deque<SockRequest*> awaiting_;  // receiver: posted, MSG not yet seen, in order
+  std::deque<Credit> credits_;         // sender: posted receives of the peer, in order
+  std::vector<char> out_;              // control frames not yet written
+  size_t outOff_ = 0;
+  std::vector<char> in_;               // control bytes read but not yet parsed
+  uint64_t seq_ = 0;                   // messages started (both ends count the same)
+  Status error_;
+  bool ctrlEof_ = false;
+  bool peerBye_ = false;
+  bool byeSent_ = false;
+  bool shutAfterFlush_ = false;  // receiver: answered a BYE, shut down once it is written
+};
+
+}  // namespace snccl::net::socknet

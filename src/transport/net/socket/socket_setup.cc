@@ -1,0 +1,230 @@
+// Socket-net setup: listening, accepting with nonce checks, non-blocking connecting.
+#include "transport/net/socket/socket_setup.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "common/log.h"
+
+namespace snccl::net::socknet {
+
+namespace {
+
+using sockwire::Hello;
+using sockwire::HandleWire;
+
+constexpr size_t kMaxPending = 16;  // half-greeted sockets kept per listener
+
+bool retryableConnectErrno(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
+         err == ECONNRESET || err == EAGAIN || err == ECONNABORTED;
+}
+
+uint64_t randomNonce() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+void tuneSocket(int fd, int timeoutSec) {
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (timeoutSec > 0) {
+    unsigned ms = unsigned(std::min(timeoutSec, 4000000)) * 1000u;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+  }
+}
+
+// ---- Listener ----------------------------------------------------------------------
+
+Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& bindAddr, int nstreams,
+                                                           int timeoutSec, Handle* handle) {
+  auto l = std::make_unique<SocketListen>();
+  SNCCL_ASSIGN_OR_RETURN(l->listener_, sock::Socket::listen(bindAddr, false));
+  l->nonce_ = randomNonce();
+  l->nstreams_ = nstreams;
+  l->timeoutSec_ = timeoutSec;
+  l->slots_.resize(size_t(nstreams) + 1);
+  HandleWire w{};
+  w.magic = sockwire::kMagic;
+  w.version = sockwire::kVersion;
+  w.nstreams = uint16_t(nstreams);
+  w.nonce = l->nonce_;
+  w.addr = l->listener_.peer().toWire();
+  std::memset(handle, 0, sizeof *handle);
+  std::memcpy(handle->bytes, &w, sizeof w);
+  return l;
+}
+
+Status SocketListen::readHello(Pending& p, bool* drop) {
+  *drop = false;
+  while (p.got < sizeof p.hello) {
+    ssize_t k = ::recv(p.sock.fd(), reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, MSG_DONTWAIT);
+    if (k > 0) {
+      p.got += size_t(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return OkStatus();
+    *drop = true;  // closed or reset before greeting: not one of ours, or gone
+    return OkStatus();
+  }
+  const Hello& h = p.hello;
+  if (h.magic != sockwire::kMagic || h.nonce != nonce_ || h.version != sockwire::kVersion) {
+    SN_WARN("NET/Socket: dropped a connection from %s to %s: it did not present this listener's key",
+            p.sock.peer().toString().c_str(), listener_.peer().toString().c_str());
+    *drop = true;
+    return OkStatus();
+  }
+  if (h.nstreams != nstreams_ || h.index > nstreams_ || slots_[h.index].valid())
+    return InternalError("NET/Socket: connection from %s announced socket %u of %u, expected %d streams",
+                         p.sock.peer().toString().c_str(), h.index, h.nstreams, nstreams_);
+  tuneSocket(p.sock.fd(), timeoutSec_);
+  slots_[h.index] = std::move(p.sock);
+  ++have_;
+  *drop = true;  // moved out of the pending list
+  return OkStatus();
+}
+
+Result<std::vector<sock::Socket>> SocketListen::tryAccept() {
+  for (;;) {
+    SNCCL_ASSIGN_OR_RETURN(sock::Socket s, listener_.tryAccept());
+    if (!s.valid()) break;
+    if (pending_.size() >= kMaxPending) {
+      SN_WARN("NET/Socket: %s: too many connections that have not greeted; dropping one from %s",
+              listener_.peer().toString().c_str(), s.peer().toString().c_str());
+      continue;
+    }
+    pending_.push_back(Pending{std::move(s), {}, 0});
+  }
+  for (size_t i = 0; i < pending_.size();) {
+    bool drop = false;
+    SNCCL_TRY(readHello(pending_[i], &drop));
+    if (drop) {
+      pending_.erase(pending_.begin() + long(i));
+    } else {
+      ++i;
+    }
+  }
+  if (have_ < nstreams_ + 1) return std::vector<sock::Socket>();
+  have_ = 0;
+  return std::move(slots_);
+}
+
+void SocketListen::pollFds(std::vector<pollfd>* fds) const {
+  fds->push_back(pollfd{listener_.fd(), POLLIN, 0});
+  for (const Pending& p : pending_) fds->push_back(pollfd{p.sock.fd(), POLLIN, 0});
+}
+
+// ---- Connector ---------------------------------------------------------------------
+
+Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, int timeoutSec) {
+  auto c = std::make_unique<Connector>();
+  std::memcpy(&c->wire_, handle.bytes, sizeof c->wire_);
+  const HandleWire& w = c->wire_;
+  if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams < 1 ||
+      w.nstreams > sockwire::kMaxStreams)
+    return InternalError("NET/Socket: the peer's listen handle is not a socket-net handle of version %u "
+                         "(magic %08x, version %u, %u streams)",
+                         sockwire::kVersion, w.magic, w.version, w.nstreams);
+  SNCCL_ASSIGN_OR_RETURN(c->to_, sock::Address::fromWire(w.addr));
+  c->timeoutSec_ = timeoutSec;
+  c->start_ = sock::Clock::now();
+  c->deadline_ = timeoutSec > 0 ? c->start_ + std::chrono::seconds(timeoutSec) : sock::Clock::time_point::max();
+  c->slots_.resize(size_t(w.nstreams) + 1);
+  return c;
+}
+
+Status Connector::retryLater(Slot& s, int err) {
+  s.sock.close();
+  s.state = State::kIdle;
+  s.lastErr = err;
+  if (!retryableConnectErrno(err))
+    return ErrnoError(err, "NET/Socket: connect to %s failed", to_.toString().c_str());
+  ++s.attempts;
+  // Linear back-off, as the bootstrap: the peer most likely is reachable in a moment.
+  s.retryAt = sock::Clock::now() + std::chrono::milliseconds(std::min(100 * s.attempts, 1000));
+  return OkStatus();
+}
+
+Status Connector::stepSlot(int index, Slot& s) {
+  if (s.state == State::kIdle) {
+    if (sock::Clock::now() < s.retryAt) return OkStatus();
+    int fd = ::socket(to_.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoError(errno, "NET/Socket: socket() to connect to %s", to_.toString().c_str());
+    s.sock = sock::Socket(fd, to_);
+    tuneSocket(fd, timeoutSec_);
+    if (::connect(fd, to_.sa(), to_.len()) == 0) {
+      s.state = State::kGreeting;
+    } else if (errno == EINPROGRESS || errno == EINTR) {
+      s.state = State::kConnecting;
+    } else {
+      return retryLater(s, errno);
+    }
+  }
+  if (s.state == State::kConnecting) {
+    pollfd p{s.sock.fd(), POLLOUT, 0};
+    if (::poll(&p, 1, 0) <= 0) return OkStatus();
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(s.sock.fd(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) return retryLater(s, err);
+    s.state = State::kGreeting;
+  }
+  if (s.state == State::kGreeting) {
+    Hello h{};
+    h.magic = sockwire::kMagic;
+    h.version = sockwire::kVersion;
+    h.index = uint16_t(index);
+    h.nonce = wire_.nonce;
+    h.nstreams = wire_.nstreams;
+    while (s.helloSent < sizeof h) {
+      ssize_t k = ::send(s.sock.fd(), reinterpret_cast<const char*>(&h) + s.helloSent, sizeof h - s.helloSent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (k > 0) {
+        s.helloSent += size_t(k);
+      } else if (k < 0 && errno == EINTR) {
+        continue;
+      } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return OkStatus();
+      } else {
+        // The peer vanished after accepting: start this socket over.
+        s.helloSent = 0;
+        return retryLater(s, k < 0 ? errno : ECONNRESET);
+      }
+    }
+    s.state = State::kDone;
+  }
+  return OkStatus();
+}
+
+Result<std::vector<sock::Socket>> Connector::step() {
+  bool all = true;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    SNCCL_TRY(stepSlot(int(i), slots_[i]));
+    all = all && slots_[i].state == State::kDone;
+  }
+  if (all) {
+    std::vector<sock::Socket> out;
+    for (Slot& s : slots_) out.push_back(std::move(s.sock));
+    return out;
+  }
+  if (sock::Clock::now() >= deadline_) {
+    int err = 0;
+    for (const Slot& s : slots_) err = s.lastErr != 0 ? s.lastErr : err;
+    return RemoteError("NET/Socket: could not connect to %s within %d s (SNCCL_TIMEOUT); last error: %s",
+                       to_.toString().c_str(), timeoutSec_, err != 0 ? strerror(err) : "none (still connecting)");
+  }
+  return std::vector<sock::Socket>();
+}
+
+}  // namespace snccl::net::socknet

@@ -1,0 +1,84 @@
+// Socket-net connection setup: the listener that gathers a connection's sockets and the
+// non-blocking connector that opens them.
+//
+// The receiver listens on one ephemeral port per connection and publishes {address,
+// stream count, random nonce} in the handle. The sender opens 1 + nstreams sockets to it;
+// each starts with a Hello carrying the nonce and its index. The listener keeps only
+// sockets that present its nonce, so a stray or hostile connection to the port is
+// dropped instead of being mistaken for a stream.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "transport/net/net.h"
+#include "transport/net/socket/socket_wire.h"
+
+namespace snccl::net::socknet {
+
+// Socket options every connection socket gets (Nagle off; a user timeout so a cut link
+// fails in-flight sends instead of retransmitting for many minutes).
+void tuneSocket(int fd, int timeoutSec);
+
+class SocketListen : public ListenComm {
+ public:
+  static Result<std::unique_ptr<SocketListen>> create(const sock::Address& bindAddr, int nstreams, int timeoutSec,
+                                                      Handle* handle);
+
+  // Accepts and sorts what has arrived. Returns the sockets (control first) once the
+  // whole connection is there, an empty vector before.
+  Result<std::vector<sock::Socket>> tryAccept();
+  void pollFds(std::vector<pollfd>* fds) const;
+  const sock::Address& address() const { return listener_.peer(); }
+
+ private:
+  struct Pending {
+    sock::Socket sock;
+    sockwire::Hello hello;
+    size_t got;
+  };
+  Status readHello(Pending& p, bool* drop);
+
+  sock::Socket listener_;
+  uint64_t nonce_ = 0;
+  int nstreams_ = 0;
+  int timeoutSec_ = 0;
+  std::vector<Pending> pending_;
+  std::vector<sock::Socket> slots_;  // [0] control, [1..] streams
+  int have_ = 0;
+};
+
+// An in-progress connect. Retries refused connections with a linear back-off until the
+// deadline, as the bootstrap does.
+class Connector {
+ public:
+  static Result<std::unique_ptr<Connector>> start(const Handle& handle, int timeoutSec);
+  // The connected sockets (control first) once all are open and greeted; empty before.
+  Result<std::vector<sock::Socket>> step();
+  const sock::Address& target() const { return to_; }
+
+ private:
+  enum class State { kIdle, kConnecting, kGreeting, kDone };
+  struct Slot {
+    sock::Socket sock;
+    State state = State::kIdle;
+    size_t helloSent = 0;
+    sock::Clock::time_point retryAt{};
+    int attempts = 0;
+    int lastErr = 0;
+  };
+  Status stepSlot(int index, Slot& s);
+  Status retryLater(Slot& s, int err);
+
+  sock::Address to_;
+  sockwire::HandleWire wire_{};
+  int timeoutSec_ = 0;
+  sock::Clock::time_point start_;
+  sock::Clock::time_point deadline_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace snccl::net::socknet

@@ -1,0 +1,69 @@
+// Wire format of the socket net: handle, per-socket hello, control frames, and the rule
+// that splits a message over the data streams.
+//
+// A connection is one control socket plus `nstreams` data sockets, all opened by the
+// sender. Each socket starts with a Hello that proves the opener read the listen handle
+// (random nonce) and says which socket it is. Control frames go both ways: the receiver
+// sends CTS (a posted receive: the sender's only credit), the sender sends MSG (size, tag,
+// imm; small payloads inline); either end sends BYE on a clean close or ABORT with an
+// error code. Message payloads go on the data streams; both ends compute the same split
+// from (message sequence number, size, nstreams), so data carries no headers, and each
+// stream carries its parts in message order. All integers are little-endian (the only
+// byte order snccl builds for).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/socket.h"
+
+namespace snccl::net::sockwire {
+
+constexpr uint32_t kMagic = 0x736e4e54;  // "sNNT"
+constexpr uint16_t kVersion = 1;
+constexpr int kMaxStreams = 64;          // NCCL's limit on threads x sockets per thread
+constexpr size_t kInlineMax = 256;       // payloads up to this size ride in the MSG frame
+constexpr size_t kMinPart = 32 * 1024;   // smaller parts cost more in syscalls than they gain
+constexpr size_t kPartAlign = 64;
+
+struct HandleWire {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t nstreams;
+  uint64_t nonce;
+  sock::Address::Wire addr;
+};
+
+struct Hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t index;  // 0: control socket, 1..nstreams: data stream index-1
+  uint64_t nonce;
+  uint16_t nstreams;
+  uint16_t reserved[3];
+};
+static_assert(sizeof(Hello) == 24);
+
+enum FrameType : uint32_t { kCts = 1, kMsg = 2, kBye = 3, kAbort = 4 };
+
+struct Frame {
+  uint32_t type;
+  int32_t tag;
+  uint64_t size;  // CTS: posted bytes; MSG: message bytes
+  uint64_t imm;   // MSG: the message's imm; ABORT: the sender's ncclResult_t
+};
+static_assert(sizeof(Frame) == 24);
+
+struct Part {
+  int stream;
+  size_t offset;
+  size_t len;
+};
+
+// Splits message number `seq` of `size` bytes over nstreams; writes at most nstreams
+// parts and returns their count (0: the payload travels inline). Parts are at least
+// kMinPart (but the last), aligned, and start on stream seq % nstreams so that small
+// messages spread over all streams.
+int splitMessage(uint64_t seq, size_t size, int nstreams, Part* parts);
+
+}  // namespace snccl::net::sockwire

@@ -1,0 +1,173 @@
+// The net transport end to end through the public API: ranks as processes on loopback,
+// grouped into "nodes" by SNCCL_HOSTID, so ranks of different nodes talk through the
+// socket net and the proxy thread while ranks of one node use shm.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "net/net_checks.h"
+#include "net/net_cluster.h"
+
+namespace {
+
+using nettest::Cluster;
+using nettest::Outcome;
+using nettest::Shared;
+
+const std::vector<size_t> kCounts = {0, 1, 7, 1031, 200003};
+
+nettest::Body checkAll(std::vector<size_t> counts) {
+  return [counts](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+    nettest::Checker c(comm, rank, n);
+    bool ok = c.all(counts);
+    nettest::report(sh, rank, ok ? 0 : 1, c.error());
+    return ok;
+  };
+}
+
+Cluster loopback(int nranks, int perNode) {
+  Cluster c;
+  c.nranks = nranks;
+  c.ranksPerNode = perNode;
+  c.env = {{"SNCCL_SOCKET_IFNAME", "=lo"}, {"SNCCL_TIMEOUT", "60"}};
+  return c;
+}
+
+TEST(NetRanks, TwoNodesOneRankEach) {
+  Outcome o = nettest::runCluster(loopback(2, 1), checkAll(kCounts));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+TEST(NetRanks, ThreeNodesOneRankEach) {
+  Outcome o = nettest::runCluster(loopback(3, 1), checkAll(kCounts));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+TEST(NetRanks, FourNodesOneRankEach) {
+  Outcome o = nettest::runCluster(loopback(4, 1), checkAll(kCounts));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+TEST(NetRanks, TwoNodesTwoRanksEachMixShmAndNet) {
+  Outcome o = nettest::runCluster(loopback(4, 2), checkAll(kCounts));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// Small slots and few steps: every message fills a slot, credits run out constantly.
+TEST(NetRanks, TinySlotsExerciseCredits) {
+  Cluster c = loopback(3, 1);
+  c.env.push_back({"SNCCL_BUFFSIZE", "16384"});
+  c.env.push_back({"SNCCL_STEPS", "2"});
+  Outcome o = nettest::runCluster(c, checkAll({1, 1031, 50000}));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// NCCL_DEBUG=INFO NET names the transport and the net of every connection, and the
+// NCCL names of the stream parameters are honoured.
+TEST(NetRanks, LogsTransportAndHonoursNcclStreamNames) {
+  char dir[] = "/tmp/snccl-netlog-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Cluster c = loopback(2, 1);
+  c.env.push_back({"NCCL_DEBUG", "INFO"});
+  c.env.push_back({"NCCL_DEBUG_SUBSYS", "INIT,NET"});
+  c.env.push_back({"NCCL_DEBUG_FILE", std::string(dir) + "/log.%p"});
+  c.env.push_back({"NCCL_SOCKET_NTHREADS", "2"});
+  c.env.push_back({"NCCL_NSOCKS_PERTHREAD", "3"});
+  Outcome o = nettest::runCluster(c, checkAll({1031, 100000}));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  std::string all;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    all += readFile(e.path());
+    std::filesystem::remove(e.path());
+  }
+  std::filesystem::remove(dir);
+  EXPECT_NE(all.find("[send] via NET/Socket/0"), std::string::npos) << all;
+  EXPECT_NE(all.find("[receive] via NET/Socket/0"), std::string::npos) << all;
+  EXPECT_NE(all.find("6 streams"), std::string::npos) << all;
+  EXPECT_NE(all.find("connected via NET/Socket/0 (lo)"), std::string::npos) << all;
+}
+
+// One node, shm disabled: the net transport takes over (NCCL_SHM_DISABLE semantics).
+TEST(NetRanks, ShmDisabledFallsBackToNet) {
+  Cluster c = loopback(3, 3);
+  c.env.push_back({"NCCL_SHM_DISABLE", "1"});
+  c.env.push_back({"NCCL_DEBUG", "INFO"});
+  c.env.push_back({"NCCL_DEBUG_SUBSYS", "NET"});
+  Outcome o = nettest::runCluster(c, checkAll({1, 1031, 100000}));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// Communicators come and go in one process: the proxy stops with the last connection
+// and starts again with the next.
+TEST(NetRanks, SuccessiveCommunicatorsRestartTheProxy) {
+  Cluster c = loopback(2, 1);
+  Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+    nettest::Checker first(comm, rank, n);
+    if (!first.allReduceSum(100000, false)) {
+      nettest::report(sh, rank, 1, first.error());
+      return false;
+    }
+    // A child communicator (split) while the parent is alive, destroyed, then another.
+    for (int round = 0; round < 2; ++round) {
+      ncclComm_t child = nullptr;
+      if (ncclCommSplit(comm, 0, rank, &child, nullptr) != ncclSuccess) {
+        nettest::report(sh, rank, 1, std::string("split: ") + ncclGetLastError(nullptr));
+        return false;
+      }
+      nettest::Checker cc(child, rank, n);
+      bool ok = cc.allGather(3000, false) && cc.sendRecvRing(70000);
+      if (ncclCommDestroy(child) != ncclSuccess || !ok) {
+        nettest::report(sh, rank, 1, cc.error() + ncclGetLastError(nullptr));
+        return false;
+      }
+    }
+    return first.broadcast(5000, false, 1);
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// A rank that dies mid-run: the survivors fail with ncclRemoteError, quickly (the
+// closed sockets poison their rings), not at SNCCL_TIMEOUT and not never.
+TEST(NetRanks, KilledPeerGivesErrorsNotHangs) {
+  Cluster c = loopback(3, 1);
+  c.env[1] = {"SNCCL_TIMEOUT", "30"};
+  c.timeoutSec = 120;
+  Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    for (int it = 0; it < 100000; ++it) {
+      if (rank == 2 && it == 20) {
+        sh->r[rank].tEnd = nettest::nowSec();
+        raise(SIGKILL);
+      }
+      ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclMax, comm, nullptr);
+      if (res != ncclSuccess) {
+        nettest::report(sh, rank, res, ncclGetLastError(nullptr));
+        sh->r[rank].iters = it;
+        *abort = true;
+        return true;
+      }
+    }
+    nettest::report(sh, rank, 0, "no error after the peer died");
+    return false;
+  });
+  ASSERT_TRUE(WIFSIGNALED(o.status[2])) << o.describe();
+  double tKill = o.reports[2].tEnd;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(WIFEXITED(o.status[r]) && WEXITSTATUS(o.status[r]) == 0) << o.describe();
+    EXPECT_EQ(o.reports[r].code, ncclRemoteError) << o.describe();
+    // Well before SNCCL_TIMEOUT (30 s): the lost connection itself is the signal.
+    EXPECT_LT(o.reports[r].tEnd - tKill, 15.0) << o.describe();
+  }
+}
+
+}  // namespace

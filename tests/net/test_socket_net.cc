@@ -1,0 +1,511 @@
+// Unit tests of the socket net on loopback: the split rule, setup, credits, ordering,
+// messages larger than a stream part, many messages, poll descriptors, hostile
+// connections, and errors when the peer closes, aborts or dies.
+//
+// Both ends run on the test thread (the API is non-blocking), except where a peer must
+// die: then it is a forked child.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/socket.h"
+#include "support/harness.h"
+#include "transport/net/net.h"
+#include "transport/net/socket/socket_conn.h"
+#include "transport/net/socket/socket_net.h"
+#include "transport/net/socket/socket_setup.h"
+#include "transport/net/socket/socket_wire.h"
+
+namespace snccl::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using sockwire::Part;
+
+// The process's socket Net on loopback (parameters are read once: set them first).
+Net* loopNet() {
+  static Net* net = [] {
+    setenv("SNCCL_SOCKET_IFNAME", "=lo", 1);
+    setenv("SNCCL_TIMEOUT", "20", 1);
+    Net* n = socketNet();
+    Status s = n->init();
+    EXPECT_TRUE(s.ok()) << s.message();
+    return n;
+  }();
+  return net;
+}
+
+struct Pair {
+  SendComm* send = nullptr;
+  RecvComm* recv = nullptr;
+};
+
+// Drives listen/connect/accept until both ends are up (bounded).
+Pair connectPair(Net* net) {
+  Pair p;
+  Handle h{};
+  ListenComm* l = nullptr;
+  Status s = net->listen(0, &h, &l);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!s.ok()) return p;
+  Handle ch = h;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while ((p.send == nullptr || p.recv == nullptr) && Clock::now() < deadline) {
+    if (p.send == nullptr) {
+      Status cs = net->connect(0, &ch, &p.send);
+      EXPECT_TRUE(cs.ok()) << cs.message();
+      if (!cs.ok()) break;
+    }
+    if (p.recv == nullptr) {
+      Status as = net->accept(l, &p.recv);
+      EXPECT_TRUE(as.ok()) << as.message();
+      if (!as.ok()) break;
+    }
+  }
+  EXPECT_TRUE(net->closeListen(l).ok());
+  EXPECT_NE(p.send, nullptr);
+  EXPECT_NE(p.recv, nullptr);
+  return p;
+}
+
+void closePair(Net* net, Pair& p) {
+  if (p.recv) { EXPECT_TRUE(net->closeRecv(p.recv, 0).ok()); }
+  if (p.send) { EXPECT_TRUE(net->closeSend(p.send, 0).ok()); }
+  p = Pair{};
+}
+
+Request* postRecv(Net* net, RecvComm* rc, void* buf, size_t size, int tag = 0) {
+  Request* r = nullptr;
+  Status s = net->irecv(rc, 1, &buf, &size, &tag, nullptr, &r);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return r;
+}
+
+// Tests the request until it completes or fails; progresses `other` meanwhile (the
+// other end of the pair lives on this thread too).
+Status waitReq(Net* net, Request* r, size_t* size = nullptr, uint64_t* imm = nullptr,
+               const std::function<void()>& other = {}, int timeoutSec = 20) {
+  auto deadline = Clock::now() + std::chrono::seconds(timeoutSec);
+  while (Clock::now() < deadline) {
+    bool done = false;
+    Status s = net->test(r, &done, size, imm);
+    if (!s.ok() || done) return s;
+    if (other) other();
+  }
+  return RemoteError("test: request did not complete within %d s", timeoutSec);
+}
+
+std::vector<char> pattern(size_t n, uint32_t seed) {
+  std::vector<char> v(n);
+  std::mt19937 g(seed);
+  for (char& c : v) c = char(g());
+  return v;
+}
+
+// ---- The split rule ---------------------------------------------------------------
+
+TEST(SocketWire, SplitCoversMessageInOrderWithinStreamLimit) {
+  Part parts[sockwire::kMaxStreams];
+  for (int ns : {1, 2, 3, 8, 64})
+    for (size_t size : {size_t(0), size_t(1), sockwire::kInlineMax, sockwire::kInlineMax + 1, size_t(65536),
+                        size_t(131072), size_t(131072 + 7), size_t(1) << 20, size_t(5000001)})
+      for (uint64_t seq : {0ull, 1ull, 5ull, 1000003ull}) {
+        int n = sockwire::splitMessage(seq, size, ns, parts);
+        if (size <= sockwire::kInlineMax) {
+          EXPECT_EQ(n, 0);
+          continue;
+        }
+        ASSERT_GE(n, 1);
+        ASSERT_LE(n, ns);
+        size_t off = 0;
+        std::vector<int> used(size_t(ns), 0);
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(parts[i].offset, off);
+          EXPECT_GT(parts[i].len, 0u);
+          if (i + 1 < n) { EXPECT_GE(parts[i].len, std::min(size, sockwire::kMinPart)); }
+          EXPECT_EQ(parts[i].stream, int((seq + uint64_t(i)) % uint64_t(ns)));
+          EXPECT_EQ(used[size_t(parts[i].stream)]++, 0) << "two parts on one stream";
+          off += parts[i].len;
+        }
+        EXPECT_EQ(off, size);
+      }
+}
+
+TEST(SocketWire, StreamCountFollowsNcclLimits) {
+  EXPECT_EQ(socketStreamsFromParams(1, 2), 2);
+  EXPECT_EQ(socketStreamsFromParams(4, 4), 16);
+  EXPECT_EQ(socketStreamsFromParams(16, 16), 64);  // product capped at 64
+  EXPECT_EQ(socketStreamsFromParams(100, 1), 16);  // at most 16 threads
+  EXPECT_EQ(socketStreamsFromParams(0, 0), 1);
+  EXPECT_EQ(socketStreamsFromParams(-2, -2), 1);
+}
+
+// ---- Through the Net interface ------------------------------------------------------
+
+TEST(SocketNet, PropertiesAndRegistration) {
+  Net* net = loopNet();
+  EXPECT_STREQ(net->name(), "Socket");
+  EXPECT_EQ(net->devices(), 1);
+  Properties p;
+  ASSERT_TRUE(net->getProperties(0, &p).ok());
+  EXPECT_EQ(p.name, "lo");
+  EXPECT_EQ(p.ptrSupport, kPtrHost);
+  EXPECT_EQ(p.maxRecvs, 1);
+  EXPECT_GT(p.speedMbps, 0);
+  EXPECT_FALSE(net->getProperties(1, &p).ok());
+  MemHandle* mh = nullptr;
+  EXPECT_TRUE(net->regMr(nullptr, &p, 8, kPtrHost, &mh).ok());
+  EXPECT_FALSE(net->regMr(nullptr, &p, 8, kPtrCuda, &mh).ok());
+}
+
+TEST(SocketNet, IsendWaitsForPostedReceive) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  std::vector<char> src = pattern(1000, 1), dst(1000, 0);
+  Request* sr = nullptr;
+  // No receive posted: no credit, however often we ask.
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(net->isend(p.send, src.data(), src.size(), 0, 42, nullptr, &sr).ok());
+    ASSERT_EQ(sr, nullptr) << "isend started a message without a posted receive";
+    usleep(200);
+  }
+  Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
+  ASSERT_NE(rr, nullptr);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (sr == nullptr && Clock::now() < deadline)
+    ASSERT_TRUE(net->isend(p.send, src.data(), src.size(), 0, 42, nullptr, &sr).ok());
+  ASSERT_NE(sr, nullptr);
+  // One credit, one message: a second isend must wait again.
+  Request* extra = nullptr;
+  ASSERT_TRUE(net->isend(p.send, src.data(), src.size(), 0, 43, nullptr, &extra).ok());
+  EXPECT_EQ(extra, nullptr);
+  size_t got = 0;
+  uint64_t imm = 0;
+  ASSERT_TRUE(waitReq(net, sr).ok());
+  Status s = waitReq(net, rr, &got, &imm);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(got, src.size());
+  EXPECT_EQ(imm, 42u);
+  EXPECT_EQ(src, dst);
+  closePair(net, p);
+}
+
+// Sends `sizes` through a pair with up to `window` receives posted, checking each
+// message's bytes, size and imm, all from one thread.
+void stream(Net* net, Pair& p, const std::vector<size_t>& sizes, size_t window) {
+  size_t maxSize = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::vector<char>> src(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) src[i] = pattern(sizes[i], uint32_t(i + 7));
+  std::vector<std::vector<char>> slots(window, std::vector<char>(maxSize));
+  std::deque<std::pair<Request*, size_t>> sends, recvs;  // request, message index
+  size_t nextSend = 0, nextPost = 0, nextDone = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (nextDone < sizes.size()) {
+    ASSERT_LT(Clock::now(), deadline) << "stalled at message " << nextDone;
+    while (nextPost < sizes.size() && nextPost < nextDone + window) {
+      Request* r = postRecv(net, p.recv, slots[nextPost % window].data(), maxSize);
+      if (r == nullptr) break;
+      recvs.emplace_back(r, nextPost++);
+    }
+    while (nextSend < nextPost) {
+      Request* r = nullptr;
+      Status s = net->isend(p.send, src[nextSend].data(), sizes[nextSend], 0, 1000 + nextSend, nullptr, &r);
+      ASSERT_TRUE(s.ok()) << s.message();
+      if (r == nullptr) break;
+      sends.emplace_back(r, nextSend++);
+    }
+    while (!sends.empty()) {
+      bool done = false;
+      ASSERT_TRUE(net->test(sends.front().first, &done, nullptr, nullptr).ok());
+      if (!done) break;
+      sends.pop_front();
+    }
+    while (!recvs.empty()) {
+      bool done = false;
+      size_t got = 0;
+      uint64_t imm = 0;
+      Status s = net->test(recvs.front().first, &done, &got, &imm);
+      ASSERT_TRUE(s.ok()) << s.message();
+      if (!done) break;
+      size_t i = recvs.front().second;
+      recvs.pop_front();
+      ASSERT_EQ(i, nextDone);
+      ASSERT_EQ(got, sizes[i]) << "message " << i;
+      ASSERT_EQ(imm, 1000 + i) << "message " << i;
+      ASSERT_EQ(std::memcmp(slots[i % window].data(), src[i].data(), got), 0) << "message " << i << " corrupted";
+      ++nextDone;
+    }
+  }
+}
+
+TEST(SocketNet, ManyMessagesOfMixedSizesArriveInOrder) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  std::mt19937 g(5);
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 2000; ++i) {
+    int kind = int(g() % 4);
+    sizes.push_back(kind == 0 ? g() % 300 : kind == 1 ? g() % 70000 : kind == 2 ? 131072 : g() % 3000);
+  }
+  sizes[0] = 0;
+  stream(net, p, sizes, 8);
+  closePair(net, p);
+}
+
+TEST(SocketNet, MessagesLargerThanAStreamPart) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  // 8 MiB: four times the loopback socket buffers, split over the streams.
+  stream(net, p, {size_t(8) << 20, sockwire::kMinPart + 1, (size_t(3) << 20) + 12345, size_t(8) << 20}, 2);
+  closePair(net, p);
+}
+
+TEST(SocketNet, StreamCountsFromOneToMany) {
+  for (int ns : {1, 3, 8}) {
+    SCOPED_TRACE("streams " + std::to_string(ns));
+    Handle h{};
+    sock::Address any = sock::Address::parse("127.0.0.1:1").value();
+    any.setPort(0);  // ephemeral
+    auto l = socknet::SocketListen::create(any, ns, 20, &h);
+    ASSERT_TRUE(l.ok());
+    auto c = socknet::Connector::start(h, 20);
+    ASSERT_TRUE(c.ok());
+    std::vector<sock::Socket> ss, rs;
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while ((ss.empty() || rs.empty()) && Clock::now() < deadline) {
+      if (ss.empty()) ss = c.value()->step().value();
+      if (rs.empty()) rs = l.value()->tryAccept().value();
+    }
+    ASSERT_EQ(ss.size(), size_t(ns) + 1);
+    ASSERT_EQ(rs.size(), size_t(ns) + 1);
+    socknet::Conn sender(true, std::move(ss), "test send");
+    socknet::Conn receiver(false, std::move(rs), "test recv");
+    EXPECT_EQ(sender.nstreams(), ns);
+    std::vector<char> src = pattern(size_t(1) << 20, uint32_t(ns)), dst(src.size() + 64, 0);
+    auto rr = receiver.irecv(dst.data(), dst.size(), 7);
+    ASSERT_TRUE(rr.ok() && rr.value() != nullptr);
+    socknet::SockRequest* sr = nullptr;
+    deadline = Clock::now() + std::chrono::seconds(20);
+    bool rdone = false, sdone = false;
+    size_t got = 0;
+    uint64_t imm = 0;
+    while ((!rdone || !sdone) && Clock::now() < deadline) {
+      if (sr == nullptr) {
+        auto r = sender.isend(src.data(), src.size(), 7, 99);
+        ASSERT_TRUE(r.ok());
+        sr = r.value();
+      }
+      if (sr != nullptr && !sdone) { ASSERT_TRUE(sender.test(sr, &sdone, nullptr, nullptr).ok()); }
+      if (!rdone) { ASSERT_TRUE(receiver.test(rr.value(), &rdone, &got, &imm).ok()); }
+    }
+    ASSERT_TRUE(rdone && sdone);
+    EXPECT_EQ(got, src.size());
+    EXPECT_EQ(imm, 99u);
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), src.size()), 0);
+    receiver.close(0, 100);
+    sender.close(0, 1000);
+  }
+}
+
+TEST(SocketNet, MessageLargerThanPostedReceiveIsAnError) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  std::vector<char> src(5000), dst(4000);
+  Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
+  ASSERT_NE(rr, nullptr);
+  Request* sr = nullptr;
+  Status s;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (s.ok() && sr == nullptr && Clock::now() < deadline) s = net->isend(p.send, src.data(), src.size(), 0, 0, nullptr, &sr);
+  EXPECT_FALSE(s.ok()) << "a 5000-byte message was accepted for a 4000-byte receive";
+  EXPECT_NE(s.message().find("posted receive"), std::string::npos) << s.message();
+  closePair(net, p);
+}
+
+TEST(SocketNet, PollDescriptorsReportIncomingData) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  std::vector<char> src = pattern(200000, 3), dst(200000);
+  Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
+  ASSERT_NE(rr, nullptr);
+  Request* sr = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (sr == nullptr && Clock::now() < deadline) {
+    std::vector<pollfd> fds;
+    ASSERT_TRUE(net->pollFds(p.send, &fds));
+    ASSERT_FALSE(fds.empty()) << "the sender must watch its control socket for credits";
+    poll(fds.data(), fds.size(), 100);
+    ASSERT_TRUE(net->isend(p.send, src.data(), src.size(), 0, 5, nullptr, &sr).ok());
+  }
+  ASSERT_NE(sr, nullptr);
+  // The receiver sleeps in poll() on its descriptors and wakes for the data.
+  bool rdone = false, sdone = false;
+  int wakeups = 0;
+  while (!rdone && Clock::now() < deadline) {
+    if (!sdone) { ASSERT_TRUE(net->test(sr, &sdone, nullptr, nullptr).ok()); }
+    std::vector<pollfd> fds;
+    ASSERT_TRUE(net->pollFds(p.recv, &fds));
+    ASSERT_FALSE(fds.empty());
+    if (poll(fds.data(), fds.size(), 1000) > 0) ++wakeups;
+    ASSERT_TRUE(net->test(rr, &rdone, nullptr, nullptr).ok());
+  }
+  EXPECT_TRUE(rdone);
+  EXPECT_GT(wakeups, 0);
+  EXPECT_EQ(src, dst);
+  closePair(net, p);
+}
+
+TEST(SocketNet, CleanCloseOfReceiverFailsLaterSends) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  ASSERT_TRUE(net->closeRecv(p.recv, 0).ok());
+  p.recv = nullptr;
+  std::vector<char> src(100);
+  Status s;
+  Request* sr = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (s.ok() && Clock::now() < deadline) s = net->isend(p.send, src.data(), src.size(), 0, 0, nullptr, &sr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("closed"), std::string::npos) << s.message();
+  closePair(net, p);
+}
+
+TEST(SocketNet, PendingReceiveFailsWhenSenderCloses) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  std::vector<char> dst(100);
+  Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
+  ASSERT_NE(rr, nullptr);
+  ASSERT_TRUE(net->closeSend(p.send, 0).ok());
+  p.send = nullptr;
+  Status s = waitReq(net, rr, nullptr, nullptr, {}, 10);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ncclRemoteError);
+  EXPECT_NE(s.message().find("closed the connection"), std::string::npos) << s.message();
+  closePair(net, p);
+}
+
+TEST(SocketNet, AbortReachesThePeerWithItsCode) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  std::vector<char> dst(100);
+  Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
+  ASSERT_TRUE(net->closeSend(p.send, ncclSystemError).ok());
+  p.send = nullptr;
+  Status s = waitReq(net, rr, nullptr, nullptr, {}, 10);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("reported a failure"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(resultName(ncclSystemError)), std::string::npos) << s.message();
+  closePair(net, p);
+}
+
+// The receiver is a child process that dies (SIGKILL) mid-stream: the sender gets an
+// error naming the lost connection, promptly, not a hang.
+TEST(SocketNet, PeerDeathIsAnErrorNotAHang) {
+  Net* net = loopNet();
+  sntest::Watchdog dog(60, "PeerDeathIsAnErrorNotAHang");
+  Handle h{};
+  ListenComm* l = nullptr;
+  ASSERT_TRUE(net->listen(0, &h, &l).ok());
+  std::fflush(stdout);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    RecvComm* rc = nullptr;
+    while (rc == nullptr)
+      if (!net->accept(l, &rc).ok()) _exit(2);
+    std::vector<char> buf(1 << 20);
+    Request* r = postRecv(net, rc, buf.data(), buf.size());
+    if (r == nullptr) _exit(3);
+    if (!waitReq(net, r).ok()) _exit(4);
+    raise(SIGKILL);  // dies with receives of its peer's later messages never posted
+  }
+  ASSERT_TRUE(net->closeListen(l).ok());
+  SendComm* sc = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (sc == nullptr && Clock::now() < deadline) ASSERT_TRUE(net->connect(0, &h, &sc).ok());
+  ASSERT_NE(sc, nullptr);
+  std::vector<char> src(1 << 20, 'x');
+  Status s;
+  auto t0 = Clock::now();
+  for (int i = 0; i < 1000 && s.ok(); ++i) {
+    Request* r = nullptr;
+    while (s.ok() && r == nullptr) {
+      s = net->isend(sc, src.data(), src.size(), 0, 0, nullptr, &r);
+      usleep(100);
+    }
+    if (s.ok()) s = waitReq(net, r);
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child status " << status;
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ncclRemoteError) << s.message();
+  EXPECT_LT(secs, 15.0);
+  EXPECT_TRUE(s.message().find("lost") != std::string::npos || s.message().find("failed") != std::string::npos)
+      << s.message();
+  EXPECT_TRUE(net->closeSend(sc, 0).ok());
+}
+
+// A connection to the listener's port that does not know the handle's nonce is dropped;
+// the real sender still gets through.
+TEST(SocketNet, ListenerDropsConnectionsWithoutTheKey) {
+  Net* net = loopNet();
+  Handle h{};
+  ListenComm* l = nullptr;
+  ASSERT_TRUE(net->listen(0, &h, &l).ok());
+  sockwire::HandleWire w;
+  std::memcpy(&w, h.bytes, sizeof w);
+  auto addr = sock::Address::fromWire(w.addr);
+  ASSERT_TRUE(addr.ok());
+  auto intruder = sock::Socket::connect(addr.value(), sock::Waiter::after(10));
+  ASSERT_TRUE(intruder.ok());
+  sockwire::Hello bad{};
+  bad.magic = sockwire::kMagic;
+  bad.version = sockwire::kVersion;
+  bad.nonce = w.nonce ^ 1;
+  bad.nstreams = w.nstreams;
+  ASSERT_TRUE(intruder.value().sendAll(&bad, sizeof bad, sock::Waiter::after(10), "hello").ok());
+  SendComm* sc = nullptr;
+  RecvComm* rc = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while ((sc == nullptr || rc == nullptr) && Clock::now() < deadline) {
+    if (sc == nullptr) { ASSERT_TRUE(net->connect(0, &h, &sc).ok()); }
+    if (rc == nullptr) { ASSERT_TRUE(net->accept(l, &rc).ok()); }
+  }
+  ASSERT_TRUE(sc && rc);
+  // The intruder was closed by the listener.
+  char c;
+  bool eof = false;
+  deadline = Clock::now() + std::chrono::seconds(5);
+  while (!eof && Clock::now() < deadline) {
+    auto k = intruder.value().recvSome(&c, 1, &eof);
+    if (!k.ok()) break;
+    usleep(1000);
+  }
+  EXPECT_TRUE(eof);
+  Pair p{sc, rc};
+  stream(net, p, {100, 100000}, 2);
+  EXPECT_TRUE(net->closeListen(l).ok());
+  closePair(net, p);
+}
+
+}  // namespace
+}  // namespace snccl::net
