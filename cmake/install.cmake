@@ -6,7 +6,7 @@
 #                                                  opt in with LD_LIBRARY_PATH=<prefix>/<libdir>/snccl
 #   <libdir>/cmake/snccl/                          find_package(snccl): snccl::snccl, snccl::nccl
 #   <libdir>/pkgconfig/snccl.pc                    pkg-config --cflags --libs snccl
-#   bin/sn_info, bin/sn_allreduce_perf             (their install rules live with the targets)
+#   bin/sn_info, sn_topo, sn_*_perf                (their install rules live with the targets)
 # Everything is relocatable: `cmake --install build --prefix DIR` works for any DIR.
 install(DIRECTORY include/snccl DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
@@ -17,12 +17,6 @@ target_include_directories(snccl_nccl INTERFACE $<INSTALL_INTERFACE:${CMAKE_INST
 install(TARGETS snccl EXPORT snccl-targets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS snccl_nccl EXPORT snccl-targets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/snccl)
 set_target_properties(snccl_nccl PROPERTIES EXPORT_NAME nccl)
-
-# Installed tools that link the shared library find it relative to themselves.
-file(RELATIVE_PATH _snccl_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
-if(TARGET sn_allreduce_perf)
-  set_target_properties(sn_allreduce_perf PROPERTIES INSTALL_RPATH "$ORIGIN/${_snccl_bin_to_lib}")
-endif()
 
 set(_snccl_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/snccl)
 install(EXPORT snccl-targets NAMESPACE snccl:: DESTINATION ${_snccl_cmakedir})

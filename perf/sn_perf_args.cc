@@ -168,7 +168,7 @@ bool parseSize(const char* text, size_t* out) {
 }
 
 int parseOptions(int argc, char** argv, const char* prog, Options* o) {
-  optind = 1;
+  optind = 0;  // GNU getopt: full re-initialisation, so the parser can run more than once
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:S:a:R:x:D:V:J:u:M:I:K:h", kLongOpts,
                           nullptr)) != -1) {

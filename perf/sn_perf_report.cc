@@ -85,6 +85,15 @@ std::string fitNumber(double v, int width) {
   return buf;
 }
 
+// The time column keeps about five significant digits: %.2f below 100 us, %.1f below
+// 10 ms, %.0f above (the §12 sample prints 1377.7 where a plain fit to 7 characters would
+// print 1377.70); past 7 characters it falls back to the exponent form.
+std::string formatTime(double us) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, us < 100.0 ? "%.2f" : (us < 10000.0 ? "%.1f" : "%.0f"), us);
+  return std::strlen(buf) <= 7 ? std::string(buf) : fitNumber(us, 7);
+}
+
 std::string formatDevice(const DevRec& d) {
   return format("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s", d.rank, 0, d.pid, d.host,
                 d.dev, 0, 0, 0, "host memory (CPU)");
@@ -110,7 +119,7 @@ std::string formatRowStart(size_t size, size_t count, const std::string& type, c
 }
 
 std::string formatHalf(const HalfResult& h) {
-  std::string t = fitNumber(h.timeUs, 7), a = fitNumber(h.algBw, 6), b = fitNumber(h.busBw, 6);
+  std::string t = formatTime(h.timeUs), a = fitNumber(h.algBw, 6), b = fitNumber(h.busBw, 6);
   if (!h.checked) return format("  %7s  %6s  %6s    N/A", t.c_str(), a.c_str(), b.c_str());
   return format("  %7s  %6s  %6s  %5g", t.c_str(), a.c_str(), b.c_str(), double(h.wrong));
 }
@@ -129,7 +138,7 @@ void Report::print(const std::string& s) const {
   if (printer_) std::fputs(s.c_str(), stdout);
 }
 
-void Report::header(const std::vector<DevRec>& devs, bool maxReduced) {
+void Report::header(const std::vector<DevRec>& devs, bool maxReduced, const std::vector<std::string>& notes) {
   devs_ = devs;
   int version = 0;
   ncclGetVersion(&version);
@@ -144,6 +153,7 @@ void Report::header(const std::vector<DevRec>& devs, bool maxReduced) {
   print("#\n# Using devices\n");
   for (const DevRec& d : devs) print(formatDevice(d) + "\n");
   if (maxReduced) print(format("#\n# Reducing maxBytes to %zu due to memory limitation\n", info_.maxBytes));
+  for (const std::string& n : notes) print(n + "\n");
   print("#\n");
   for (const std::string& l : tableHeader(opt_.cpuTime)) print(l + "\n");
   if (printer_) std::fflush(stdout);

@@ -38,6 +38,7 @@ struct RowResult {
 
 // nccl-tests' number fitting: %.2f, else %.1f, else %.0f, else an exponent form.
 std::string fitNumber(double v, int width);
+std::string formatTime(double us);
 std::string formatDevice(const DevRec& d);
 std::vector<std::string> tableHeader(bool cpuTime);
 std::string formatRowStart(size_t size, size_t count, const std::string& type, const std::string& redop, int root);
@@ -56,7 +57,8 @@ struct RunInfo {
 class Report {
  public:
   Report(const Options& o, RunInfo info, bool printer);
-  void header(const std::vector<DevRec>& devs, bool maxReduced);
+  // `notes` are extra "# ..." lines (e.g. -M's memory report) printed after the devices.
+  void header(const std::vector<DevRec>& devs, bool maxReduced, const std::vector<std::string>& notes);
   void startRow(const RowResult& r);
   void addHalf(int placement, const HalfResult& h);
   void endRow();

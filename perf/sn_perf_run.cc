@@ -102,8 +102,7 @@ void initComms(Ctx& c) {
     }
   }
   settle(c, g == 1 ? ncclSuccess : ncclInProgress, __FILE__, __LINE__);
-  std::lock_guard<std::timed_mutex> lock(job.commsMutex);
-  for (RankBufs& rb : c.ranks) job.comms.push_back(rb.comm);
+  for (RankBufs& rb : c.ranks) job.dog.add(rb.comm);
 }
 
 // Buffers are allocated once, for the largest size of any datatype, and reused; the slack
@@ -154,11 +153,7 @@ void freeAll(Ctx& c) {
     SNP_NCCL(c.job, rb.comm, ncclMemFree(rb.send));
     SNP_NCCL(c.job, rb.comm, ncclMemFree(rb.recv));
     SNP_NCCL(c.job, rb.comm, ncclMemFree(rb.sync));
-    {
-      // Out of the watchdog's list first: it must never abort a destroyed communicator.
-      std::lock_guard<std::timed_mutex> lock(c.job.commsMutex);
-      c.job.comms.erase(std::find(c.job.comms.begin(), c.job.comms.end(), rb.comm));
-    }
+    c.job.dog.remove(rb.comm);
     settleOne(c, rb, ncclCommFinalize(rb.comm), __FILE__, __LINE__);
     SNP_NCCL(c.job, rb.comm, ncclCommDestroy(rb.comm));
   }

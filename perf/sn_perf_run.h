@@ -15,27 +15,33 @@
 namespace snperf {
 
 // -T: when no operation completes for the given time, abort the communicators of this
-// process, print nccl-tests' timeout line and exit 4.
+// process, print nccl-tests' timeout line and exit 4. Started before the launch mode
+// connects, so a peer that never shows up is caught too.
 class Watchdog {
  public:
   ~Watchdog() { stop(); }
-  void start(int seconds, struct Job* job);
+  void start(int seconds, std::string host);
   void stop();
   void beat() {
     if (seconds_ > 0) last_.store(nowNs(), std::memory_order_relaxed);
   }
   bool fired() const { return fired_.load(); }
+  void add(ncclComm_t comm);
+  // Out of the list before it is destroyed: a destroyed communicator is never aborted.
+  void remove(ncclComm_t comm);
 
  private:
   static int64_t nowNs();
   [[noreturn]] void fire();
 
   int seconds_ = 0;
-  Job* job_ = nullptr;
+  std::string host_;
   std::atomic<int64_t> last_{0};
   std::atomic<bool> fired_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::timed_mutex mutex_;
+  std::vector<ncclComm_t> comms_;
 };
 
 // One thread's contribution to a result, read by the first thread of its process.
@@ -45,13 +51,14 @@ struct ThreadSlot {
 };
 
 struct Job {
-  Job(const Options& o, const CollDesc& c, Coordinator& co, Report& r, int threads)
-      : opt(o), coll(c), coord(co), report(r), bar(threads), slots(threads) {}
+  Job(const Options& o, const CollDesc& c, Coordinator& co, Report& r, Watchdog& d, int threads)
+      : opt(o), coll(c), coord(co), report(r), dog(d), bar(threads), slots(threads) {}
 
   const Options& opt;
   const CollDesc& coll;
   Coordinator& coord;
   Report& report;
+  Watchdog& dog;
   int nProcs = 1;
   int proc = 0;
   int nRanks = 1;
@@ -61,12 +68,9 @@ struct Job {
   ncclUniqueId id{};
   std::barrier<> bar;
   std::vector<ThreadSlot> slots;
-  Watchdog dog;
   bool injectWrong = false;  // SNCCL_PERF_INJECT_WRONG: the test suite's corruption hook
   double progressSec = 10;   // SNCCL_PERF_PROGRESS: seconds between progress lines, 0 = never
   uint64_t localErrorResults = 0;  // results with wrong data on this process's ranks
-  std::timed_mutex commsMutex;
-  std::vector<ncclComm_t> comms;  // every communicator of this process, for -T's abort
 };
 
 // Runs thread `t`'s part of the sweep (t == 0 also aggregates, prints and reports).

@@ -2,6 +2,7 @@
 // that drive its ranks, footer, JSON and exit code — and the -T watchdog.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -88,11 +89,11 @@ void runThreads(Job& job) {
 }
 
 // -M: what each rank holds; there is no device memory to report.
-void memReport(const Job& job) {
-  if (!job.opt.memReport) return;
-  const Counts k = job.coll.counts(job.maxBytes, 1, job.nRanks);
-  std::printf("# Host memory per rank: send %zu B, recv %zu B (ncclMemAlloc, prefaulted, reused for every size)\n",
-              k.send, std::max(k.send, k.recv));
+std::vector<std::string> memReport(const Options& o, const CollDesc& coll, size_t maxBytes, int nRanks) {
+  if (!o.memReport) return {};
+  const Counts k = coll.counts(maxBytes, 1, nRanks);
+  return {"# Host memory per rank: send " + std::to_string(k.send) + " B, recv " +
+          std::to_string(std::max(k.send, k.recv)) + " B (ncclMemAlloc, prefaulted, reused for every size)"};
 }
 
 uint64_t totalErrorResults(Job& job) {
@@ -111,9 +112,9 @@ int64_t Watchdog::nowNs() {
       .count();
 }
 
-void Watchdog::start(int seconds, Job* job) {
+void Watchdog::start(int seconds, std::string host) {
   seconds_ = seconds;
-  job_ = job;
+  host_ = std::move(host);
   if (seconds <= 0) return;
   beat();
   thread_ = std::thread([this] {
@@ -129,17 +130,27 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Watchdog::add(ncclComm_t comm) {
+  std::lock_guard<std::timed_mutex> lock(mutex_);
+  comms_.push_back(comm);
+}
+
+void Watchdog::remove(ncclComm_t comm) {
+  std::lock_guard<std::timed_mutex> lock(mutex_);
+  comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
+}
+
 // Aborting releases ranks blocked in snccl; their failures stay silent (failNccl waits
 // while fired) so that the exit code is the timeout's. An abort that itself hangs does
 // not hold the exit up for long.
 void Watchdog::fire() {
   fired_.store(true);
-  std::printf("%s: Test timeout (%ds) %s:%d\n", job_->host.c_str(), seconds_, baseName(__FILE__), __LINE__);
+  std::printf("%s: Test timeout (%ds) %s:%d\n", host_.c_str(), seconds_, baseName(__FILE__), __LINE__);
   std::fflush(stdout);
   std::vector<ncclComm_t> comms;
-  if (job_->commsMutex.try_lock_for(std::chrono::seconds(1))) {
-    comms = job_->comms;
-    job_->commsMutex.unlock();
+  if (mutex_.try_lock_for(std::chrono::seconds(1))) {
+    comms = comms_;
+    mutex_.unlock();
   }
   std::atomic<bool> done{false};
   std::thread([comms, &done] {
@@ -157,6 +168,8 @@ int toolMain(int argc, char** argv, const char* collName, CoordinatorFactory fac
   Options opt;
   if (coll == nullptr) return kInternal;
   if (int rc = parseOptions(argc, argv, prog.c_str(), &opt); rc >= 0) return rc;
+  Watchdog dog;
+  dog.start(opt.timeoutSec, hostName());
   std::string err;
   std::unique_ptr<Coordinator> coord = factory(&argc, &argv, &err);
   if (!coord) {
@@ -167,7 +180,7 @@ int toolMain(int argc, char** argv, const char* collName, CoordinatorFactory fac
   if (int rc = checkRanks(opt, *coll, *coord, prog, nRanks); rc >= 0) return rc;
   RunInfo info{prog, coord->mode(), coord->size(), nRanks, fitMaxBytes(opt, *coll, *coord, nRanks)};
   Report report(opt, info, coord->rank() == 0);
-  Job job(opt, *coll, *coord, report, opt.nThreads);
+  Job job(opt, *coll, *coord, report, dog, opt.nThreads);
   job.nProcs = coord->size();
   job.proc = coord->rank();
   job.nRanks = nRanks;
@@ -175,13 +188,11 @@ int toolMain(int argc, char** argv, const char* collName, CoordinatorFactory fac
   job.minBytes = std::min(opt.minBytes, info.maxBytes);
   job.host = hostName();
   readEnv(job);
-  job.dog.start(opt.timeoutSec, &job);
   bool ok = false;
   std::vector<DevRec> devs = gatherDevices(opt, *coord, job.host, &ok);
   if (!ok) failInternal(job, "device exchange failed", __FILE__, __LINE__);
-  report.header(devs, info.maxBytes < opt.maxBytes);
+  report.header(devs, info.maxBytes < opt.maxBytes, memReport(opt, *coll, info.maxBytes, nRanks));
   if (job.proc == 0) {
-    memReport(job);
     if (ncclResult_t r = ncclGetUniqueId(&job.id); r != ncclSuccess) failNccl(job, r, nullptr, __FILE__, __LINE__);
   }
   if (!coord->broadcastId(&job.id)) failInternal(job, "unique id exchange failed", __FILE__, __LINE__);

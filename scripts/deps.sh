@@ -4,6 +4,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 JOBS=${JOBS:-$(( $(nproc) < 2 ? 1 : 2 ))}
 
 REQUIRED=(cmake ninja-build g++ libgtest-dev libbenchmark-dev pkg-config)
+REQUIRED+=(python3 iproute2)  # tests: the perf tool runs, the network-namespace tests
 OPTIONAL=(libhwloc-dev libibverbs-dev openmpi-bin libopenmpi-dev)
 
 missing_packages() {
@@ -25,11 +26,18 @@ install_deps() {
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${REQUIRED[@]}" >/dev/null
 }
 
-# configure_build DIR [cmake options...]: configures (once) and builds DIR under ROOT;
-# keeps going past a failed target so the tests that did build can still run.
-configure_build() {
+# configure DIR [cmake options...]: configures ROOT/DIR once (later runs reuse it).
+configure() {
   local dir=$ROOT/$1
   shift
   [[ -f $dir/build.ninja ]] || cmake -S "$ROOT" -B "$dir" -G Ninja "$@"
-  cmake --build "$dir" -j "$JOBS" -- -k 0
+}
+
+# build DIR [targets...]: builds ROOT/DIR (default: everything); keeps going past a failed
+# target so the tests that did build can still run.
+build() {
+  local dir=$ROOT/$1 targets=()
+  shift
+  (($#)) && targets=(--target "$@")
+  cmake --build "$dir" -j "$JOBS" "${targets[@]}" -- -k 0
 }

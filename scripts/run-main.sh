@@ -4,5 +4,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
 install_deps
-configure_build build
+configure build
+build build sn_allreduce_perf
 "$ROOT/build/perf/sn_allreduce_perf" -b 8 -e 64M -f 4 -g 2

@@ -8,11 +8,13 @@ install_deps
 fail=0
 
 echo "== release build and all tests"
-configure_build build || fail=1
+configure build
+build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" || fail=1
 
 echo "== ASan+UBSan build: unit, mr and mp tests"
-configure_build build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF || fail=1
+configure build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF
+build build-asan || fail=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L '^(unit|mr|mp)$' || fail=1
 

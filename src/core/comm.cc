@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/wait.h"
+#include "core/executor.h"
 
 namespace snccl {
 

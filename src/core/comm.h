@@ -37,11 +37,24 @@ Status parseConfig(const ncclConfig_t* user, CommConfig* out);
 
 struct AlgorithmDef;
 
+// A schedule plus what the executor derives from it once: the peers it sends to and
+// receives from, and whether this communicator's connections to them exist yet.
+struct PreparedSchedule {
+  Schedule sched;
+  std::vector<int> sendPeers;
+  std::vector<int> recvPeers;
+  mutable std::atomic<bool> connected{false};
+
+  void computePeers();  // fills sendPeers/recvPeers (sorted, unique) from sched
+};
+
 struct ScheduleCacheEntry {
   CollArgs args;
   const AlgorithmDef* alg = nullptr;
-  std::shared_ptr<const Schedule> sched;
+  std::shared_ptr<const PreparedSchedule> prep;
 };
+
+class CommRunner;
 
 enum class CommState : int { kInitializing, kReady, kFailed, kRevoked, kFinalized };
 
@@ -99,6 +112,8 @@ struct ncclComm {
   std::mutex cacheMutex;
   std::vector<snccl::ScheduleCacheEntry> scheduleCache;
   size_t cacheNext = 0;
+  // Reused by blocking calls outside groups, so a small call allocates nothing.
+  std::unique_ptr<snccl::CommRunner> soloRunner;
   uint64_t splitCount = 0;
 };
 

@@ -109,7 +109,8 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
   return spec;
 }
 
-Result<std::shared_ptr<const Schedule>> cachedSchedule(ncclComm* comm, const CollArgs& args, size_t elemSize) {
+Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, const CollArgs& args,
+                                                                size_t elemSize) {
   const AlgorithmDef* alg = selectAlgorithm(args.coll, args.nranks, args.count * elemSize,
                                             params::getString(params::Id::Algo).c_str());
   if (alg == nullptr) return InternalError("no algorithm implements %s", collName(args.coll));
@@ -117,59 +118,60 @@ Result<std::shared_ptr<const Schedule>> cachedSchedule(ncclComm* comm, const Col
   for (const ScheduleCacheEntry& e : comm->scheduleCache)
     if (e.alg == alg && e.args.coll == args.coll && e.args.count == args.count && e.args.root == args.root &&
         e.args.chunkElems == args.chunkElems && e.args.inPlace == args.inPlace)
-      return e.sched;
-  auto sched = std::make_shared<Schedule>();
+      return e.prep;
+  auto prep = std::make_shared<PreparedSchedule>();
   ChannelPlan plan;
-  SNCCL_TRY(alg->generate(args, plan, sched.get()));
+  SNCCL_TRY(alg->generate(args, plan, &prep->sched));
+  prep->computePeers();
   constexpr size_t kCacheSize = 16;
-  ScheduleCacheEntry entry{args, alg, sched};
+  ScheduleCacheEntry entry{args, alg, prep};
   if (comm->scheduleCache.size() < kCacheSize) {
     comm->scheduleCache.push_back(std::move(entry));
   } else {
     comm->scheduleCache[comm->cacheNext] = std::move(entry);
     comm->cacheNext = (comm->cacheNext + 1) % kCacheSize;
   }
-  return std::shared_ptr<const Schedule>(sched);
+  return std::shared_ptr<const PreparedSchedule>(std::move(prep));
 }
 
-Status bindBuffers(ExecOp* e, void* input, void* output) {
-  e->bufs.resize(e->sched->bufs.size());
-  for (size_t i = 0; i < e->sched->bufs.size(); ++i) {
-    const BufDesc& d = e->sched->bufs[i];
-    if (d.role == BufRole::kInput) e->bufs[i] = static_cast<char*>(input);
-    if (d.role == BufRole::kOutput) e->bufs[i] = static_cast<char*>(output);
-    if (d.role == BufRole::kScratch) {
-      e->scratch.resize(d.elems * e->elemSize);
+void bindBuffers(ExecOp* e, void* input, void* output) {
+  const std::vector<BufDesc>& bufs = e->sched->bufs;
+  e->bufs.resize(bufs.size());
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (bufs[i].role == BufRole::kInput) e->bufs[i] = static_cast<char*>(input);
+    if (bufs[i].role == BufRole::kOutput) e->bufs[i] = static_cast<char*>(output);
+    if (bufs[i].role == BufRole::kScratch) {
+      e->scratch.resize(bufs[i].elems * e->elemSize);
       e->bufs[i] = e->scratch.data();
     }
   }
-  return OkStatus();
 }
 
-Result<ExecOp> buildCollective(const PendingOp& p) {
+// Fills *e (reusing its storage) for one collective call.
+Status buildCollective(const PendingOp& p, ExecOp* e) {
   ncclComm* comm = p.comm;
-  ExecOp e;
-  e.dt = p.dt;
-  e.elemSize = kernels::typeSize(p.dt);
-  e.coll = p.coll;
-  e.count = p.count;
-  e.root = isRooted(p.coll) ? p.root : -1;
-  e.userOp = isReduction(p.coll) ? p.op : ncclSum;
-  e.seq = comm->collSeq++;
-  e.sig = makeSignature(e.seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
-                        std::max(e.root, 0), p.count);
-  if (isReduction(p.coll)) e.op = resolveOp(comm, p.op);
+  e->dt = p.dt;
+  e->elemSize = kernels::typeSize(p.dt);
+  e->coll = p.coll;
+  e->count = p.count;
+  e->root = isRooted(p.coll) ? p.root : -1;
+  e->userOp = isReduction(p.coll) ? p.op : ncclSum;
+  e->seq = comm->collSeq++;
+  e->sig = makeSignature(e->seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
+                         std::max(e->root, 0), p.count);
+  e->op = isReduction(p.coll) ? resolveOp(comm, p.op) : kernels::RedOpSpec{};
   CollArgs args;
   args.coll = p.coll;
   args.rank = comm->rank;
   args.nranks = comm->nranks;
   args.count = p.count;
   args.root = isRooted(p.coll) ? p.root : 0;
-  args.chunkElems = comm->slotBytes / e.elemSize;
-  args.inPlace = inPlace(p, comm->rank, e.elemSize);
-  SNCCL_ASSIGN_OR_RETURN(e.sched, cachedSchedule(comm, args, e.elemSize));
-  SNCCL_TRY(bindBuffers(&e, const_cast<void*>(p.sendbuff), p.recvbuff));
-  return e;
+  args.chunkElems = comm->slotBytes / e->elemSize;
+  args.inPlace = inPlace(p, comm->rank, e->elemSize);
+  SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, args, e->elemSize));
+  e->sched = &e->prep->sched;
+  bindBuffers(e, const_cast<void*>(p.sendbuff), p.recvbuff);
+  return OkStatus();
 }
 
 // All sends and receives of one communicator in a group become one schedule, counted
@@ -183,16 +185,35 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   std::vector<P2POp> p2p;
   p2p.reserve(ops.size());
   for (const PendingOp* p : ops) p2p.push_back({p->isSend, p->peer, p->count * kernels::typeSize(p->dt)});
-  auto sched = std::make_shared<Schedule>();
-  SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->slotBytes, sched.get()));
-  e.sched = sched;
-  if (sched->bufs.size() != ops.size()) return InternalError("p2p schedule has %zu buffers for %zu operations",
-                                                              sched->bufs.size(), ops.size());
+  auto prep = std::make_shared<PreparedSchedule>();
+  SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->slotBytes, &prep->sched));
+  prep->computePeers();
+  e.prep = prep;
+  e.sched = &prep->sched;
+  if (e.sched->bufs.size() != ops.size())
+    return InternalError("p2p schedule has %zu buffers for %zu operations", e.sched->bufs.size(), ops.size());
   e.bufs.resize(ops.size());
   for (size_t i = 0; i < ops.size(); ++i)
     e.bufs[i] = ops[i]->isSend ? static_cast<char*>(const_cast<void*>(ops[i]->sendbuff))
                                : static_cast<char*>(ops[i]->recvbuff);
   return e;
+}
+
+uint64_t takeTicket(ncclComm* comm) {
+  std::lock_guard<std::mutex> lock(comm->orderMutex);
+  return comm->ticketsIssued++;
+}
+
+// A blocking collective outside a group: the communicator's reusable runner, no
+// allocation once the schedule is cached.
+Status runSolo(const PendingOp& op) {
+  ncclComm* comm = op.comm;
+  if (!comm->soloRunner) comm->soloRunner = std::make_unique<CommRunner>(comm);
+  CommRunner* r = comm->soloRunner.get();
+  if (r->ops().empty()) r->ops().resize(1);
+  SNCCL_TRY(buildCollective(op, &r->ops()[0]));
+  r->reset(1, takeTicket(comm));
+  return runRunners(std::span<CommRunner*>(&r, 1));
 }
 
 // Builds one runner per communicator for the operations of one stream.
@@ -209,8 +230,8 @@ Status buildRunners(const std::vector<const PendingOp*>& ops, std::vector<std::u
         p2p.push_back(p);
         continue;
       }
-      SNCCL_ASSIGN_OR_RETURN(ExecOp e, buildCollective(*p));
-      execs[c].push_back(std::move(e));
+      execs[c].emplace_back();
+      SNCCL_TRY(buildCollective(*p, &execs[c].back()));
     }
     if (!p2p.empty()) {
       SNCCL_ASSIGN_OR_RETURN(ExecOp e, buildP2P(comms[c], p2p));
@@ -218,11 +239,7 @@ Status buildRunners(const std::vector<const PendingOp*>& ops, std::vector<std::u
     }
   }
   for (size_t c = 0; c < comms.size(); ++c) {
-    uint64_t ticket;
-    {
-      std::lock_guard<std::mutex> lock(comms[c]->orderMutex);
-      ticket = comms[c]->ticketsIssued++;
-    }
+    uint64_t ticket = takeTicket(comms[c]);
     out->push_back(std::make_unique<CommRunner>(comms[c], std::move(execs[c]), ticket));
   }
   return OkStatus();
@@ -266,6 +283,7 @@ Status enqueue(const PendingOp& op, const char* call) {
     tGroup.ops.push_back(op);
     return OkStatus();
   }
+  if (op.stream == nullptr && op.coll != CollKind::kSendRecv) return runSolo(op);
   std::vector<PendingOp> one{op};
   return launch(std::move(one));
 }

@@ -34,19 +34,46 @@ std::string ExecOp::describe() const {
 }
 
 CommRunner::CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket)
-    : comm_(comm), ops_(std::move(ops)), ticket_(ticket) {}
+    : comm_(comm), ops_(std::move(ops)), nops_(ops_.size()), ticket_(ticket) {}
 
-void CommRunner::neededPeers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const {
-  for (const ExecOp& op : ops_)
-    for (const Lane& lane : op.sched->lanes)
-      for (const Step& st : lane.steps) {
-        if (primSends(st.prim)) sendPeers->push_back(st.sendPeer);
-        if (primReceives(st.prim)) recvPeers->push_back(st.recvPeer);
-      }
-  for (auto* v : {sendPeers, recvPeers}) {
+void PreparedSchedule::computePeers() {
+  sendPeers.clear();
+  recvPeers.clear();
+  for (const Lane& lane : sched.lanes)
+    for (const Step& st : lane.steps) {
+      if (primSends(st.prim)) sendPeers.push_back(st.sendPeer);
+      if (primReceives(st.prim)) recvPeers.push_back(st.recvPeer);
+    }
+  for (auto* v : {&sendPeers, &recvPeers}) {
     std::sort(v->begin(), v->end());
     v->erase(std::unique(v->begin(), v->end()), v->end());
   }
+}
+
+void CommRunner::reset(size_t nops, uint64_t ticket) {
+  if (ops_.size() < nops) ops_.resize(nops);
+  nops_ = nops;
+  ticket_ = ticket;
+  opIndex_ = 0;
+  started_ = false;
+  moved_ = false;
+  blockedConn_ = nullptr;
+}
+
+bool CommRunner::needsConnect() const {
+  for (size_t i = 0; i < nops_; ++i)
+    if (!ops_[i].prep->connected.load(std::memory_order_acquire)) return true;
+  return false;
+}
+
+Status CommRunner::connect() {
+  for (size_t i = 0; i < nops_; ++i) {
+    const PreparedSchedule& p = *ops_[i].prep;
+    if (p.connected.load(std::memory_order_acquire)) continue;
+    SNCCL_TRY(commConnect(comm_, p.sendPeers, p.recvPeers));
+    p.connected.store(true, std::memory_order_release);
+  }
+  return OkStatus();
 }
 
 Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
@@ -112,7 +139,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
 
 Result<bool> CommRunner::progress() {
   moved_ = false;
-  while (opIndex_ < ops_.size()) {
+  while (opIndex_ < nops_) {
     ExecOp& op = ops_[opIndex_];
     if (!started_) {
       laneStep_.assign(op.sched->lanes.size(), 0);
@@ -207,24 +234,36 @@ Status acquireTickets(std::span<CommRunner*> runners) {
 // Sets up missing connections. Several communicators driven by one thread connect in
 // parallel threads: their handshakes wait on each other.
 Status connectAll(std::span<CommRunner*> runners) {
-  std::vector<Status> results(runners.size());
-  auto connectOne = [&](size_t i) {
-    std::vector<int> sendPeers, recvPeers;
-    runners[i]->neededPeers(&sendPeers, &recvPeers);
-    results[i] = commConnect(runners[i]->comm(), sendPeers, recvPeers);
-  };
-  if (runners.size() == 1) {
-    connectOne(0);
-  } else {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < runners.size(); ++i) threads.emplace_back(connectOne, i);
-    for (auto& t : threads) t.join();
-  }
+  std::vector<CommRunner*> todo;
+  for (CommRunner* r : runners)
+    if (r->needsConnect()) todo.push_back(r);
+  if (todo.empty()) return OkStatus();
+  if (todo.size() == 1) return todo[0]->connect();
+  std::vector<Status> results(todo.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < todo.size(); ++i) threads.emplace_back([&, i] { results[i] = todo[i]->connect(); });
+  for (auto& t : threads) t.join();
   for (const Status& s : results) SNCCL_TRY(s);
   return OkStatus();
 }
 
+// The common case, one communicator, without the bookkeeping of several.
+Status runOne(CommRunner* r) {
+  Backoff backoff(r->comm()->spinUs, kYieldUs);
+  for (;;) {
+    Result<bool> res = r->progress();
+    if (!res.ok()) return res.status();
+    if (res.value()) return OkStatus();
+    if (r->moved()) {
+      backoff.reset();
+    } else if (backoff.idle() == Backoff::Phase::kSleep) {
+      SNCCL_TRY(r->sleepOnBlocked());
+    }
+  }
+}
+
 Status runLoop(std::span<CommRunner*> runners) {
+  if (runners.size() == 1) return runOne(runners[0]);
   std::vector<bool> done(runners.size(), false);
   int64_t spin = runners.empty() ? 0 : runners[0]->comm()->spinUs;
   Backoff backoff(spin, kYieldUs);

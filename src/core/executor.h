@@ -23,7 +23,8 @@
 namespace snccl {
 
 struct ExecOp {
-  std::shared_ptr<const Schedule> sched;  // shared with the communicator's schedule cache
+  std::shared_ptr<const PreparedSchedule> prep;  // shared with the communicator's schedule cache
+  const Schedule* sched = nullptr;               // &prep->sched
   std::vector<char*> bufs;                // pointer bound to each sched->bufs entry
   std::vector<char> scratch;              // backing store of a kScratch buffer, if any
   ncclDataType_t dt = ncclFloat32;
@@ -43,6 +44,12 @@ struct ExecOp {
 class CommRunner {
  public:
   CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket);
+  explicit CommRunner(ncclComm* comm) : comm_(comm) {}
+
+  // Makes the runner run `nops` ops (the first nops of ops(), kept with their capacity)
+  // under `ticket`, from the start.
+  void reset(size_t nops, uint64_t ticket);
+  std::vector<ExecOp>& ops() { return ops_; }
 
   ncclComm* comm() const { return comm_; }
   // Makes all the progress possible without waiting. Returns true when every op is done.
@@ -50,8 +57,10 @@ class CommRunner {
   // Called when progress() moved nothing for a while: sleeps on what the current op waits
   // for (bounded) and checks deadline, abort and peer liveness.
   Status sleepOnBlocked();
-  // Connections the ops need (both ends call this during the same ops).
-  void neededPeers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const;
+  // Creates the connections the ops need that do not exist yet (both ends call this
+  // during the same ops).
+  Status connect();
+  bool needsConnect() const;
   // Whether the last progress() call executed at least one step.
   bool moved() const { return moved_; }
   uint64_t ticket() const { return ticket_; }
@@ -62,7 +71,8 @@ class CommRunner {
 
   ncclComm* comm_;
   std::vector<ExecOp> ops_;
-  uint64_t ticket_;
+  size_t nops_ = 0;
+  uint64_t ticket_ = 0;
   size_t opIndex_ = 0;
   bool started_ = false;
   bool moved_ = false;

@@ -78,6 +78,10 @@ void linkFromHwloc(float gbs, PciAttrs* p) {
       }
     }
   }
+  // Old kernels report odd figures (0.2, 0.4 GB/s): approximate with Gen1 lanes rather
+  // than leave it unknown, which NCCL's rules would read as a fast Gen3 x16 link.
+  p->linkGts = 2.5;
+  p->linkWidth = std::max(1, static_cast<int>(std::lround(gbs / 0.25)));
 }
 
 PciAttrs pciAttrsOf(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& a) {
@@ -179,7 +183,10 @@ class Importer {
   void cpus() {
     std::string arch = mapArch(info(hwloc_get_root_obj(t_), "Architecture"));
     hwloc_obj_t firstPkg = hwloc_get_obj_by_type(t_, HWLOC_OBJ_PACKAGE, 0);
-    for (hwloc_obj_t numa = nullptr; (numa = hwloc_get_next_obj_by_type(t_, HWLOC_OBJ_NUMANODE, numa)) != nullptr;) {
+    std::vector<hwloc_obj_t> numas;  // by OS index, so CPU i is NUMA node i where possible
+    for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(t_, HWLOC_OBJ_NUMANODE, n)) != nullptr;) numas.push_back(n);
+    std::sort(numas.begin(), numas.end(), [](hwloc_obj_t a, hwloc_obj_t b) { return a->os_index < b->os_index; });
+    for (hwloc_obj_t numa : numas) {
       hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(t_, HWLOC_OBJ_PACKAGE, numa);
       if (pkg == nullptr) pkg = firstPkg;
       CpuAttrs c;

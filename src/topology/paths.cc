@@ -157,18 +157,21 @@ class PathCalc {
   double nvl(int a, int b) const { return linkBw(links_, a, b, LinkType::kNvl); }
 
   Path nvlinkPath(int a, int b) const {
-    if (double v = nvl(a, b); v > 0) return {PathType::kNvl, v, 1};
+    // Direct links or the NVSwitch, whichever is wider (a GPU may have both).
+    Path best;
+    if (double v = nvl(a, b); v > 0) best = {PathType::kNvl, v, 1};
     if (nvs_ >= 0) {
-      double va = nvl(a, nvs_), vb = nvl(nvs_, b);
-      if (va > 0 && vb > 0) return {PathType::kNvl, std::min(va, vb), 2};
+      double v = std::min(nvl(a, nvs_), nvl(nvs_, b));
+      if (v > best.bw) best = {PathType::kNvl, v, 2};
     }
-    double best = 0;
+    if (best.type == PathType::kNvl) return best;
+    double viaGpu = 0;
     for (const Link& l : links_[static_cast<size_t>(a)]) {
       if (l.type != LinkType::kNvl || type(l.to) != NodeType::kGpu) continue;
       double second = nvl(l.to, b);
-      if (second > 0) best = std::max(best, std::min(l.bw, second));
+      if (second > 0) viaGpu = std::max(viaGpu, std::min(l.bw, second));
     }
-    if (best > 0) return {PathType::kNvb, best, 2};
+    if (viaGpu > 0) return {PathType::kNvb, viaGpu, 2};
     return {};
   }
 

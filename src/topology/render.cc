@@ -120,7 +120,7 @@ std::string describePaths(const System& sys) {
     for (int c : d) out += format("%-7s", smiCell(sys, r, c).c_str());
     int cpu = sys.cpuOf(r);
     std::vector<int> cpus = sys.cpuList(cpu);
-    out += format("%-16s%d\n", cpus.empty() ? "N/A" : cpuRanges(cpus).c_str(), sys.numaOf(r));
+    out += format("%-15s %d\n", cpus.empty() ? "N/A" : cpuRanges(cpus).c_str(), sys.numaOf(r));
   }
   bool nvlink = false;
   for (int g : sys.gpus())

@@ -117,6 +117,7 @@ Result<SmiMatrix> parseSmiMatrix(std::string_view text, const std::string& sourc
     break;
   }
   if (m.devices.empty()) return InvalidArgument("%s:%zu: no `nvidia-smi topo -m` header found", source.c_str(), i);
+  size_t headerLine = i + 1;
   size_t n = m.devices.size();
   m.cells.assign(n, std::vector<std::string>(n));
   m.cpuAffinity.assign(n, "");
@@ -146,7 +147,7 @@ Result<SmiMatrix> parseSmiMatrix(std::string_view text, const std::string& sourc
     SNCCL_TRY(parseRow(tok, row, line, source, &m));
   }
   if (std::none_of(seen.begin(), seen.end(), [](bool b) { return b; })) {
-    return InvalidArgument("%s: the matrix has no rows", source.c_str());
+    return InvalidArgument("%s:%zu: the header is not followed by any device row", source.c_str(), headerLine);
   }
   // Truncated tables: a missing row is the transpose of its column.
   for (size_t r = 0; r < n; ++r) {

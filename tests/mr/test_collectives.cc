@@ -436,6 +436,43 @@ bool runPlan(const std::vector<Batch>& plan, ncclComm_t comm, int rank, int n) {
   return ok && wrong == 0;
 }
 
+// The test's own datatype model against known encodings (so that a codec bug cannot
+// hide a library bug by agreeing with it).
+TEST(TestModel, KnownEncodings) {
+  EXPECT_EQ(encodeFloat(ncclFloat16, 1.0), 0x3C00u);
+  EXPECT_EQ(encodeFloat(ncclFloat16, -2.5), 0xC100u);
+  EXPECT_EQ(encodeFloat(ncclFloat16, 65504.0), 0x7BFFu);
+  EXPECT_EQ(encodeFloat(ncclFloat16, std::ldexp(1.0, -24)), 0x0001u);  // smallest subnormal
+  EXPECT_EQ(encodeFloat(ncclBfloat16, 1.0), 0x3F80u);
+  EXPECT_EQ(encodeFloat(ncclBfloat16, -3.0), 0xC040u);
+  EXPECT_EQ(encodeFloat(ncclFloat8e4m3, 1.0), 0x38u);
+  EXPECT_EQ(encodeFloat(ncclFloat8e4m3, 448.0), 0x7Eu);  // max finite; 0x7F is NaN
+  EXPECT_EQ(encodeFloat(ncclFloat8e4m3, -2.0), 0xC0u);
+  EXPECT_EQ(encodeFloat(ncclFloat8e4m3, std::ldexp(1.0, -9)), 0x01u);
+  EXPECT_EQ(encodeFloat(ncclFloat8e5m2, 1.0), 0x3Cu);
+  EXPECT_EQ(encodeFloat(ncclFloat8e5m2, 57344.0), 0x7Bu);
+  EXPECT_EQ(encodeFloat(ncclFloat8e5m2, -0.5), 0xB8u);
+  EXPECT_EQ(encodeFloat(ncclFloat8e5m2, std::ldexp(1.0, -16)), 0x01u);
+  EXPECT_TRUE(std::isnan(decodeFloat(ncclFloat8e4m3, 0x7F)));
+  EXPECT_EQ(decodeFloat(ncclFloat8e4m3, 0x7E), 448.0);
+  EXPECT_TRUE(std::isinf(decodeFloat(ncclFloat8e5m2, 0x7C)));
+  EXPECT_EQ(encodeFloat(ncclFloat8e5m2, 10.0), 0x49u);  // 1.01b x 2^3
+  EXPECT_EQ(encodeFloat(ncclFloat8e4m3, 9.0), 0x51u);   // 1.001b x 2^3
+  // Every pattern of the 8- and 16-bit formats round-trips (NaNs excepted).
+  for (ncclDataType_t dt : {ncclFloat16, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2}) {
+    uint64_t patterns = uint64_t(1) << (8 * typeInfo(dt).size);
+    for (uint64_t b = 0; b < patterns; ++b) {
+      double v = decodeFloat(dt, b);
+      if (std::isnan(v) || std::isinf(v)) continue;
+      ASSERT_EQ(encodeFloat(dt, v), b) << typeName(dt) << " pattern " << b;
+    }
+  }
+  EXPECT_EQ(decodeInt(ncclInt8, 0xFB), -5);
+  EXPECT_EQ(decodeInt(ncclUint8, 0xFB), 251);
+  EXPECT_EQ(ulpOf(ncclFloat16, 1.0), std::ldexp(1.0, -10));
+  EXPECT_EQ(ulpOf(ncclFloat8e4m3, 3.0), 0.25);
+}
+
 // Buffers NCCL does not use may be NULL: Reduce's and Gather's recvbuff and Scatter's
 // sendbuff on non-roots (documented in nccl.h), Broadcast's sendbuff on non-roots (NCCL
 // checks it only on the root), and every buffer when count is 0.
@@ -536,6 +573,51 @@ TEST_P(NullBuffers, UnusedBuffersMayBeNull) { runRanks(GetParam(), 3, nullBuffer
 
 INSTANTIATE_TEST_SUITE_P(All, NullBuffers, ::testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const ::testing::TestParamInfo<Mode>& info) { return std::string(modeName(info.param)); });
+
+// One communicator used from two host streams and from blocking calls: operations run
+// in issue order per communicator (the same on every rank), whatever stream carries them.
+bool streamsShareComm(ncclComm_t comm, int rank, int n) {
+  constexpr int kOps = 24;
+  constexpr size_t kCount = 4099;
+  sncclStream_t s[2] = {nullptr, nullptr};
+  bool ok = ncclOk(sncclStreamCreate(&s[0]), "sncclStreamCreate", rank) &&
+            ncclOk(sncclStreamCreate(&s[1]), "sncclStreamCreate", rank);
+  std::vector<std::vector<int64_t>> bufs(kOps, std::vector<int64_t>(kCount));
+  for (int k = 0; k < kOps && ok; ++k) {
+    for (size_t i = 0; i < kCount; ++i) bufs[k][i] = int64_t(k) * 100000 + rank * 1000 + int64_t(i % 997);
+    // Streams 0 and 1 alternate; every fourth operation is blocking (NULL stream).
+    cudaStream_t st = k % 4 == 3 ? nullptr : SNCCL_STREAM(s[k % 2]);
+    ok = ncclOk(ncclAllReduce(bufs[k].data(), bufs[k].data(), kCount, ncclInt64, ncclSum, comm, st),
+                "ncclAllReduce #" + std::to_string(k), rank);
+  }
+  for (auto& st : s)
+    if (st != nullptr) {
+      ok = ok && ncclOk(sncclStreamSynchronize(st), "sncclStreamSynchronize", rank);
+      ncclOk(sncclStreamDestroy(st), "sncclStreamDestroy", rank);
+    }
+  for (int k = 0; k < kOps && ok; ++k)
+    for (size_t i = 0; i < kCount; ++i) {
+      int64_t want = int64_t(n) * k * 100000 + int64_t(n) * (n - 1) / 2 * 1000 + n * int64_t(i % 997);
+      if (bufs[k][i] != want) {
+        ADD_FAILURE() << "rank " << rank << ": allreduce #" << k << " element " << i << " = " << bufs[k][i]
+                      << ", expected " << want;
+        ok = false;
+        break;
+      }
+    }
+  return ok;
+}
+
+class StreamsShareComm : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+
+TEST_P(StreamsShareComm, TwoStreamsAndBlocking) {
+  auto [mode, n] = GetParam();
+  runRanks(mode, n, streamsShareComm, 120);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StreamsShareComm,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(2, 5)));
 
 class Collectives : public ::testing::TestWithParam<std::tuple<Coll, Mode, int>> {};
 

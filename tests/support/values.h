@@ -39,8 +39,13 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 // Raw bits of element `idx` sent by rank `src` in a data-movement test.
+// A light mix (it runs once per element of multi-MiB buffers): distinct for distinct
+// (src, idx) in practice, so shifted, swapped or stale data never matches.
 inline uint64_t rawBits(uint64_t seed, int src, size_t idx, size_t size) {
-  uint64_t h = mix64(seed ^ mix64(uint64_t(src) * 0x100000001B3ull + idx * 0x9E3779B1ull));
+  uint64_t h = (seed ^ (uint64_t(src) << 52)) + idx * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 32;
+  h *= 0xD6E8FEB86659FD93ull;
+  h ^= h >> 29;
   return size == 8 ? h : h & ((uint64_t(1) << (8 * size)) - 1);
 }
 

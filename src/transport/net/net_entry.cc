@@ -52,9 +52,25 @@ void NetEntry::fail(const Status& s) {
   inflight_.clear();
   abortCode_ = int(s.code() == ncclSuccess ? ncclInternalError : s.code());
   closeComm(abortCode_);
+  if (ringDrained()) {
+    poisonRing(uint32_t(abortCode_));
+  } else {
+    deferredPoison_ = uint32_t(abortCode_);
+  }
+}
+
+bool NetEntry::settleDeferredPoison() {
+  if (deferredPoison_ == 0 || !ringDrained()) return false;
+  poisonRing(deferredPoison_);
+  deferredPoison_ = 0;
+  return true;
+}
+
+void NetEntry::poisonRing(uint32_t code) {
+  // As Connection::poison: set once, then wake whichever end sleeps.
   ConnCtrl* c = ring_.ctrl;
   uint32_t expected = 0;
-  c->poison.compare_exchange_strong(expected, uint32_t(abortCode_));
+  c->poison.compare_exchange_strong(expected, code);
   c->tailSeq.fetch_add(1);
   c->headSeq.fetch_add(1);
   futexWakeAll(&c->tailSeq);
@@ -159,7 +175,7 @@ RecvEntry::RecvEntry(Net* net, RingView ring, ListenComm* listen, std::string wh
     : NetEntry(net, ring, std::move(what), timeoutSec), listen_(listen) {}
 
 bool RecvEntry::progress() {
-  if (state_ == State::kFailed) return false;
+  if (state_ == State::kFailed) return settleDeferredPoison();
   if (handleLocalPoison()) return true;
   if (state_ == State::kSetup) {
     Status s = net_->accept(listen_, &comm_);

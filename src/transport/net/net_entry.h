@@ -49,8 +49,15 @@ class NetEntry : public ProxyEntry {
 
   // True when the executor poisoned the ring; closes the comm with an ABORT.
   bool handleLocalPoison();
-  // Poisons the ring for the executor and drops the comm.
+  // Drops the comm and poisons the ring for the executor, but only once the executor has
+  // consumed what was already delivered: it checks for poison before it retries a ring,
+  // so an early poison would hide the last messages of a peer that closed right after.
   void fail(const Status& s);
+  void poisonRing(uint32_t code);
+  // True when no delivered message waits for the executor (always, on the send side).
+  virtual bool ringDrained() const { return true; }
+  // Applies a deferred poison once the ring drained; true when it did.
+  bool settleDeferredPoison();
   void setActive();
   // Publishes a counter the executor waits on and wakes it if it sleeps.
   void publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
@@ -62,6 +69,7 @@ class NetEntry : public ProxyEntry {
   int timeoutSec_;
   State state_ = State::kSetup;
   int abortCode_ = 0;
+  uint32_t deferredPoison_ = 0;
   std::deque<Request*> inflight_;  // oldest first; they complete in this order
   uint64_t posted_ = 0;            // messages handed to the net
   uint64_t done_ = 0;              // messages completed (= head or tail published)
@@ -102,6 +110,9 @@ class RecvEntry : public NetEntry {
   Comm* comm() const override { return comm_; }
   Comm* setupComm() const override { return listen_; }
   void closeComm(int abortCode) override;
+  bool ringDrained() const override {
+    return ring_.ctrl->head.load(std::memory_order_acquire) >= done_;
+  }
 
  private:
   ListenComm* listen_;
