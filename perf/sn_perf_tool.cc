@@ -30,11 +30,11 @@ size_t memAvailable() {
 
 // nccl-tests lowers -e when the buffers would not fit; here the limit is host memory,
 // shared by the ranks of every process on the host. Processes agree on the smallest.
-size_t fitMaxBytes(const Options& o, const CollDesc& coll, Coordinator& coord, int nRanks) {
+size_t fitMaxBytes(const Options& o, const CollDesc& coll, Coordinator& coord, int nRanks, int procsHere) {
   size_t maxBytes = o.maxBytes;
   const Counts k = coll.counts(o.maxBytes, 1, nRanks);
   const double perRank = double(k.send) + double(std::max(k.send, k.recv));
-  const double need = perRank * o.nThreads * o.nGpus;
+  const double need = perRank * o.nThreads * o.nGpus * procsHere;
   const size_t avail = memAvailable();
   if (avail > 2 * kGiB && need > double(avail - kGiB) && o.maxBytes > 0)
     maxBytes = size_t(double(o.maxBytes) * (double(avail - kGiB) / need));
@@ -43,6 +43,14 @@ size_t fitMaxBytes(const Options& o, const CollDesc& coll, Coordinator& coord, i
   if (!coord.allGather(&mine, sizeof mine, all.data())) return maxBytes;
   for (uint64_t v : all) maxBytes = std::min<size_t>(maxBytes, v);
   return maxBytes;
+}
+
+// Processes of this job on this host (they share its memory).
+int procsOnHost(const std::vector<DevRec>& devs, const std::string& host) {
+  std::vector<int32_t> pids;
+  for (const DevRec& d : devs)
+    if (host == d.host && std::find(pids.begin(), pids.end(), d.pid) == pids.end()) pids.push_back(d.pid);
+  return std::max<int>(1, int(pids.size()));
 }
 
 std::vector<DevRec> gatherDevices(const Options& o, Coordinator& coord, const std::string& host, bool* ok) {
@@ -178,19 +186,24 @@ int toolMain(int argc, char** argv, const char* collName, CoordinatorFactory fac
   }
   const int nRanks = coord->size() * opt.nThreads * opt.nGpus;
   if (int rc = checkRanks(opt, *coll, *coord, prog, nRanks); rc >= 0) return rc;
-  RunInfo info{prog, coord->mode(), coord->size(), nRanks, fitMaxBytes(opt, *coll, *coord, nRanks)};
+  const std::string host = hostName();
+  bool ok = false;
+  std::vector<DevRec> devs = gatherDevices(opt, *coord, host, &ok);
+  if (!ok) {
+    std::fprintf(stderr, "%s: device exchange failed\n", prog.c_str());
+    return kInternal;
+  }
+  const size_t maxBytes = fitMaxBytes(opt, *coll, *coord, nRanks, procsOnHost(devs, host));
+  RunInfo info{prog, coord->mode(), coord->size(), nRanks, maxBytes};
   Report report(opt, info, coord->rank() == 0);
   Job job(opt, *coll, *coord, report, dog, opt.nThreads);
   job.nProcs = coord->size();
   job.proc = coord->rank();
   job.nRanks = nRanks;
-  job.maxBytes = info.maxBytes;
-  job.minBytes = std::min(opt.minBytes, info.maxBytes);
-  job.host = hostName();
+  job.maxBytes = maxBytes;
+  job.minBytes = std::min(opt.minBytes, maxBytes);
+  job.host = host;
   readEnv(job);
-  bool ok = false;
-  std::vector<DevRec> devs = gatherDevices(opt, *coord, job.host, &ok);
-  if (!ok) failInternal(job, "device exchange failed", __FILE__, __LINE__);
   report.header(devs, info.maxBytes < opt.maxBytes, memReport(opt, *coll, info.maxBytes, nRanks));
   if (job.proc == 0) {
     if (ncclResult_t r = ncclGetUniqueId(&job.id); r != ncclSuccess) failNccl(job, r, nullptr, __FILE__, __LINE__);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/params.h"
 #include "topology/discovery.h"
 #include "topology/nccl_xml.h"
 #include "topology/planner.h"
@@ -127,7 +128,9 @@ int run(const Args& a) {
   if (a.input.empty()) {
     DiscoveryReport rep;
     (void)discoverLocal({}, &rep);
-    std::printf("# Source: this machine (%s; %s)\n", rep.hwloc.c_str(), rep.nvml.c_str());
+    const std::string& file = params::getString(params::Id::TopoFile);
+    std::printf("# Source: %s%s (%s; %s)\n", file.empty() ? "this machine" : params::source(params::Id::TopoFile),
+                file.empty() ? "" : ("=" + file + " completed by this machine").c_str(), rep.hwloc.c_str(), rep.nvml.c_str());
   } else {
     std::printf("# Source: %s\n", a.input.c_str());
   }

@@ -33,44 +33,44 @@ bool isReduction(CollKind c) {
   return c == CollKind::kAllReduce || c == CollKind::kReduce || c == CollKind::kReduceScatter;
 }
 
-Status checkOp(const PendingOp& op, const char* call) {
+Status checkOp(const PendingOp& op) {
   SNCCL_TRY(checkComm(op.comm));
   ncclComm* comm = op.comm;
-  if (op.dt < 0 || op.dt >= ncclNumTypes) return InvalidArgument("%s: invalid data type %d", call, int(op.dt));
+  if (op.dt < 0 || op.dt >= ncclNumTypes) return InvalidArgument("invalid data type %d", int(op.dt));
   if (isReduction(op.coll)) {
-    if (op.op < 0) return InvalidArgument("%s: invalid reduction operation %d", call, int(op.op));
+    if (op.op < 0) return InvalidArgument("invalid reduction operation %d", int(op.op));
     if (op.op >= ncclNumOps) {
       std::lock_guard<std::mutex> lock(comm->redOpMutex);
       size_t idx = size_t(op.op) - ncclNumOps;
       if (idx >= comm->preMulOps.size() || !comm->preMulOps[idx].live)
-        return InvalidArgument("%s: invalid reduction operation %d (not created on this communicator)", call,
+        return InvalidArgument("invalid reduction operation %d (not created on this communicator)",
                                int(op.op));
       if (comm->preMulOps[idx].dt != op.dt)
-        return InvalidArgument("%s: PreMulSum operation %d was created for %s, used with %s", call, int(op.op),
+        return InvalidArgument("PreMulSum operation %d was created for %s, used with %s", int(op.op),
                                kernels::typeName(comm->preMulOps[idx].dt), kernels::typeName(op.dt));
     }
   }
   if (isRooted(op.coll) && (op.root < 0 || op.root >= comm->nranks))
-    return InvalidArgument("%s: invalid root %d (nranks %d)", call, op.root, comm->nranks);
+    return InvalidArgument("invalid root %d (nranks %d)", op.root, comm->nranks);
   if (op.coll == CollKind::kSendRecv && (op.peer < 0 || op.peer >= comm->nranks))
-    return InvalidArgument("%s: invalid peer %d (nranks %d)", call, op.peer, comm->nranks);
+    return InvalidArgument("invalid peer %d (nranks %d)", op.peer, comm->nranks);
   size_t es = kernels::typeSize(op.dt);
   if (op.count > (SIZE_MAX / 2) / es / size_t(comm->nranks))
-    return InvalidArgument("%s: count %zu is too large", call, op.count);
+    return InvalidArgument("count %zu is too large", op.count);
   if (op.count > 0) {
     bool needSend = op.coll != CollKind::kSendRecv || op.isSend;
     bool needRecv = op.coll != CollKind::kSendRecv || !op.isSend;
     bool rootOnlyRecv = op.coll == CollKind::kReduce || op.coll == CollKind::kGather;
-    bool rootOnlySend = op.coll == CollKind::kScatter;
+    bool rootOnlySend = op.coll == CollKind::kScatter || op.coll == CollKind::kBroadcast;
     if (needSend && op.sendbuff == nullptr && !(rootOnlySend && comm->rank != op.root))
-      return InvalidArgument("%s: sendbuff is NULL", call);
+      return InvalidArgument("sendbuff is NULL");
     if (needRecv && op.recvbuff == nullptr && !(rootOnlyRecv && comm->rank != op.root))
-      return InvalidArgument("%s: recvbuff is NULL", call);
+      return InvalidArgument("recvbuff is NULL");
   }
   if (op.stream != nullptr && lookupStream(op.stream) == nullptr)
-    return InvalidUsage("%s: stream %p is not an snccl host stream (sncclStreamCreate); CUDA streams need a "
+    return InvalidUsage("stream %p is not an snccl host stream (sncclStreamCreate); CUDA streams need a "
                         "CUDA build of snccl, which this is not",
-                        call, (void*)op.stream);
+                        (void*)op.stream);
   return OkStatus();
 }
 
@@ -160,6 +160,7 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   e->sig = makeSignature(e->seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
                          std::max(e->root, 0), p.count);
   e->op = isReduction(p.coll) ? resolveOp(comm, p.op) : kernels::RedOpSpec{};
+  e->preCopies.clear();
   CollArgs args;
   args.coll = p.coll;
   args.rank = comm->rank;
@@ -172,6 +173,34 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   e->sched = &e->prep->sched;
   bindBuffers(e, const_cast<void*>(p.sendbuff), p.recvbuff);
   return OkStatus();
+}
+
+bool overlaps(const char* a, size_t na, const char* b, size_t nb) { return na && nb && a < b + nb && b < a + na; }
+
+// A send whose buffer overlaps a receive buffer of the same group (nccl-tests' in-place
+// sendrecv uses one buffer for both) is sent from a copy taken when the operation
+// starts: lanes progress independently, so a receive could otherwise overwrite data
+// before it was sent.
+void stageOverlappingSends(const std::vector<const PendingOp*>& ops, const std::vector<P2POp>& p2p, ExecOp* e) {
+  size_t total = 0;
+  std::vector<size_t> staged;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!p2p[i].isSend) continue;
+    for (size_t j = 0; j < ops.size(); ++j)
+      if (!p2p[j].isSend && overlaps(e->bufs[i], p2p[i].count, e->bufs[j], p2p[j].count)) {
+        staged.push_back(i);
+        total += p2p[i].count;
+        break;
+      }
+  }
+  if (staged.empty()) return;
+  e->scratch.resize(total);
+  size_t off = 0;
+  for (size_t i : staged) {
+    e->preCopies.push_back({e->bufs[i], off, p2p[i].count});
+    e->bufs[i] = e->scratch.data() + off;
+    off += p2p[i].count;
+  }
 }
 
 // All sends and receives of one communicator in a group become one schedule, counted
@@ -196,6 +225,7 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   for (size_t i = 0; i < ops.size(); ++i)
     e.bufs[i] = ops[i]->isSend ? static_cast<char*>(const_cast<void*>(ops[i]->sendbuff))
                                : static_cast<char*>(ops[i]->recvbuff);
+  stageOverlappingSends(ops, p2p, &e);
   return e;
 }
 
@@ -278,7 +308,7 @@ Status launch(std::vector<PendingOp> ops) {
 }  // namespace
 
 Status enqueue(const PendingOp& op, const char* call) {
-  SNCCL_TRY(checkOp(op, call));
+  SNCCL_TRY(checkOp(op));
   if (tGroup.depth > 0) {
     tGroup.ops.push_back(op);
     return OkStatus();

@@ -142,6 +142,7 @@ Result<bool> CommRunner::progress() {
   while (opIndex_ < nops_) {
     ExecOp& op = ops_[opIndex_];
     if (!started_) {
+      for (const ExecOp::PreCopy& c : op.preCopies) std::memcpy(op.scratch.data() + c.scratchOffset, c.src, c.bytes);
       laneStep_.assign(op.sched->lanes.size(), 0);
       opStartNs_ = Backoff::nowNs();
       started_ = true;

@@ -26,7 +26,14 @@ struct ExecOp {
   std::shared_ptr<const PreparedSchedule> prep;  // shared with the communicator's schedule cache
   const Schedule* sched = nullptr;               // &prep->sched
   std::vector<char*> bufs;                // pointer bound to each sched->bufs entry
-  std::vector<char> scratch;              // backing store of a kScratch buffer, if any
+  std::vector<char> scratch;              // backing store of a kScratch buffer or staged sends
+  // Copies into scratch made when the op starts (user data is only valid from then on).
+  struct PreCopy {
+    const char* src;
+    size_t scratchOffset;
+    size_t bytes;
+  };
+  std::vector<PreCopy> preCopies;
   ncclDataType_t dt = ncclFloat32;
   size_t elemSize = 4;
   kernels::RedOpSpec op;

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 
-#include "common/log.h"
 #include "topology/bandwidth.h"
 #include "topology/xml.h"
 

@@ -1,8 +1,11 @@
 // The channel planner: rings and trees over the ranks of a communicator that follow the
 // fastest links, a channel count, and the per-node grouping the hierarchical algorithms
-// use. Pure functions of (System, rank locations): every rank computes the same plan from
-// the same allgathered locations, which is the cross-rank invariant the communicator
-// relies on (no rank may see a different ring).
+// use. Pure, deterministic functions of (System, rank locations).
+//
+// Cross-rank invariant: every rank must use the same plan. Ranks given the same System
+// and the same allgathered locations compute the same plan, which holds within a node and
+// across identical nodes. Where nodes may differ, compute the plan on one rank and
+// broadcast it rather than on every rank.
 //
 // Within a node the ring maximises its narrowest hop (NVLink/NVSwitch before PCIe, PCIe
 // switch before host bridge before the CPU interconnect) and, among equally narrow rings,
@@ -62,6 +65,10 @@ struct PlanOptions {
 };
 
 // The ring the communicator uses: ring[i] = rank at position i (ChannelPlan::ring).
+// At creation every rank allgathers its RankLocation (hostHash as bootstrap computes it;
+// busId from cudaDeviceGetPCIBusId for a device rank; numa = currentNumaNode() from
+// topology/affinity.h for a host rank), gets `sys` from systemForThisProcess(), and calls
+// this (see the invariant above for clusters of unlike nodes).
 Result<std::vector<int>> planRing(const System& sys, std::span<const RankLocation> ranks);
 
 Result<Plan> planChannels(const System& sys, std::span<const RankLocation> ranks, const PlanOptions& opt = {});

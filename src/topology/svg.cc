@@ -85,6 +85,8 @@ class Svg {
           case LinkType::kC2c:
             if (sys_.node(a).type == NodeType::kGpu && sys_.node(l.to).type == NodeType::kGpu) {
               arc(a, l.to, "#2b8a3e", l.bw);
+            } else if (a == sys_.nvs() || l.to == sys_.nvs()) {
+              drop(a == sys_.nvs() ? l.to : a, l.bw);
             } else {
               line(a, l.to, "#2b8a3e", 2.5, "stroke-opacity=\"0.6\"", 0);
             }
@@ -93,6 +95,15 @@ class Svg {
         }
       }
     }
+  }
+
+  // A GPU's NVLinks to the NVSwitch bar: straight down from the box.
+  void drop(int gpu, double bw) {
+    const Box& g = at(gpu);
+    double y0 = g.y + kBoxH / 2, y1 = at(sys_.nvs()).y - kBoxH / 2;
+    out_ += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#2b8a3e\" stroke-width=\"3\"/>\n", g.x, y0,
+                   g.x, y1);
+    out_ += format("<text x=\"%.1f\" y=\"%.1f\" fill=\"#2b8a3e\" font-size=\"9\">%.0f</text>\n", g.x + 3, (y0 + y1) / 2, bw);
   }
 
   void arc(int a, int b, const char* color, double bw) {

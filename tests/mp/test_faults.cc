@@ -473,7 +473,7 @@ struct TempDir {
 };
 
 // The communicator hashes the ranks logged ("commHash <16 hex>") and whether shm was used.
-std::set<std::string> loggedHashes(const std::string& dir, bool* sawShm) {
+std::set<std::string> loggedHashes(const std::string& dir, bool* sawShm, std::string* channels) {
   std::set<std::string> hashes;
   std::regex re("commHash ([0-9a-f]{16})");
   if (DIR* d = opendir(dir.c_str())) {
@@ -485,6 +485,7 @@ std::set<std::string> loggedHashes(const std::string& dir, bool* sawShm) {
         std::smatch m;
         if (std::regex_search(line, m, re)) hashes.insert(m[1]);
         if (line.find("via shm") != std::string::npos) *sawShm = true;
+        if (line.find(" via ") != std::string::npos) *channels += line + "\n";
       }
     }
     closedir(d);
@@ -525,9 +526,10 @@ void shmScenario(Ending ending) {
   ASSERT_NE(sh, nullptr);
   std::string all = describe(sh, n);
   bool sawShm = false;
-  std::set<std::string> hashes = loggedHashes(dir.path, &sawShm);
+  std::string channels;
+  std::set<std::string> hashes = loggedHashes(dir.path, &sawShm, &channels);
   EXPECT_FALSE(hashes.empty()) << "no 'commHash' in the INFO logs of " << dir.path;
-  EXPECT_TRUE(sawShm) << "the ranks did not connect over shm; this test proves nothing\n" << all;
+  EXPECT_TRUE(sawShm) << "the ranks did not connect over shm; this test proves nothing\n" << all << channels;
   std::set<std::string> after = shmEntries();
   std::vector<std::string> leaked, unrelated;
   for (const std::string& e : after) {

@@ -404,6 +404,15 @@ std::vector<Batch> makePlan(Coll coll, Mode mode, int n) {
   Batch large;
   large.cases.push_back(big);
   large.launch = pick % 2 == 0 ? Launch::kStream : Launch::kBlocking;
+  // At 8 ranks reductions also get a wide type with a rounding operator.
+  if (isReduction(coll) && n == 8) {
+    Case wide = big;
+    wide.dt = coll == Coll::kReduceScatter ? ncclBfloat16 : (mode == Mode::kThreads ? ncclFloat32 : ncclFloat64);
+    wide.op = mode == Mode::kThreads ? kOpAvg : kOpPreMulDev;
+    wide.inPlace = !big.inPlace;
+    wide.seed = seed + 424243;
+    large.cases.push_back(wide);
+  }
   plan.push_back(large);
   return plan;
 }
@@ -617,7 +626,70 @@ TEST_P(StreamsShareComm, TwoStreamsAndBlocking) {
 
 INSTANTIATE_TEST_SUITE_P(All, StreamsShareComm,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
-                                            ::testing::Values(2, 5)));
+                                            ::testing::Values(2, 5)),
+                         modeRanksName);
+
+// Several communicators per rank used in an interleaved order (as PyTorch does with
+// process groups): the parent, a split with every rank in reverse order, and the odd/even
+// halves. Each operation's result depends on which communicator carried it.
+bool interleavedComms(ncclComm_t comm, int rank, int n) {
+  ncclComm_t rev = nullptr, half = nullptr;
+  if (!ncclOk(ncclCommSplit(comm, 0, n - 1 - rank, &rev, nullptr), "ncclCommSplit (reverse)", rank) ||
+      !ncclOk(ncclCommSplit(comm, rank % 2, rank, &half, nullptr), "ncclCommSplit (halves)", rank))
+    return false;
+  int revRank = -1, halfRank = -1, halfSize = 0;
+  bool ok = ncclOk(ncclCommUserRank(rev, &revRank), "ncclCommUserRank", rank) &&
+            ncclOk(ncclCommUserRank(half, &halfRank), "ncclCommUserRank", rank) &&
+            ncclOk(ncclCommCount(half, &halfSize), "ncclCommCount", rank);
+  if (ok && (revRank != n - 1 - rank || halfRank != rank / 2 || halfSize != (n + 1 - rank % 2) / 2)) {
+    ADD_FAILURE() << "rank " << rank << ": split ranks " << revRank << "/" << halfRank << " size " << halfSize;
+    ok = false;
+  }
+  const size_t c = 5003;
+  for (int it = 0; it < 12 && ok; ++it) {
+    ncclComm_t comms[3] = {comm, rev, half};
+    int which = it % 3;
+    std::vector<int64_t> buf(c);
+    for (size_t i = 0; i < c; ++i) buf[i] = int64_t(rank + 1) * (it + 1) + int64_t(i);
+    if (which == 1) {
+      // Broadcast from the reverse communicator's rank 0 = parent rank n-1.
+      ok = ncclOk(ncclBroadcast(buf.data(), buf.data(), c, ncclInt64, 0, rev, nullptr), "Broadcast on split", rank);
+      for (size_t i = 0; ok && i < c; ++i)
+        if (buf[i] != int64_t(n) * (it + 1) + int64_t(i)) {
+          ADD_FAILURE() << "rank " << rank << ": broadcast on the reversed split, element " << i << " = " << buf[i];
+          ok = false;
+        }
+      continue;
+    }
+    ok = ncclOk(ncclAllReduce(buf.data(), buf.data(), c, ncclInt64, ncclSum, comms[which], nullptr),
+                "AllReduce on communicator " + std::to_string(which), rank);
+    int64_t members = 0;  // sum of (r + 1) over the ranks of the communicator used
+    for (int r = 0; r < n; ++r)
+      if (which == 0 || r % 2 == rank % 2) members += r + 1;
+    int64_t size = which == 0 ? n : halfSize;
+    for (size_t i = 0; ok && i < c; ++i)
+      if (buf[i] != members * (it + 1) + size * int64_t(i)) {
+        ADD_FAILURE() << "rank " << rank << ": allreduce #" << it << " on communicator " << which << ", element "
+                      << i << " = " << buf[i] << ", expected " << members * (it + 1) + size * int64_t(i);
+        ok = false;
+      }
+  }
+  ok = ncclOk(ncclCommDestroy(rev), "ncclCommDestroy", rank) && ok;
+  ok = ncclOk(ncclCommDestroy(half), "ncclCommDestroy", rank) && ok;
+  return ok;
+}
+
+class InterleavedComms : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+
+TEST_P(InterleavedComms, SplitsUsedInTurn) {
+  auto [mode, n] = GetParam();
+  runRanks(mode, n, interleavedComms, 120);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, InterleavedComms,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(3, 5)),
+                         modeRanksName);
 
 class Collectives : public ::testing::TestWithParam<std::tuple<Coll, Mode, int>> {};
 

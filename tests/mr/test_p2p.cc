@@ -221,7 +221,7 @@ TEST_P(P2P, LargeSendsFirstNoDeadlock) {
   run({[](int r, int n) { return allPairs(r, n, true, true); },
        [](int r, int n) {
          // Ring in both directions, sends first, receives in the opposite order.
-         size_t count = (size_t(5) << 20) + 3;
+         size_t count = (size_t(3) << 20) + 3;
          std::vector<MsgSpec> v{{true, (r + 1) % n, ncclUint8, count, 0},
                                 {true, (r + n - 1) % n, ncclUint8, count, 1},
                                 {false, (r + 1) % n, ncclUint8, count, (r + 1) % n == (r + n - 1) % n ? 0 : 1},
@@ -289,10 +289,7 @@ TEST_P(P2P, MixedWithCollectivesAndNestedGroups) {
 INSTANTIATE_TEST_SUITE_P(All, P2P,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(2, 3, 5, 8)),
-                         [](const ::testing::TestParamInfo<std::tuple<Mode, int>>& info) {
-                           return std::string(modeName(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         modeRanksName);
 
 // ---- Single thread, many communicators (nccl-tests -g). ---------------------------------
 
@@ -447,6 +444,7 @@ TEST_P(OneThread, SeveralCollectivesPerCommGrouped) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, OneThread, ::testing::Values(2, 3, 5, 8));
+INSTANTIATE_TEST_SUITE_P(All, OneThread, ::testing::Values(2, 3, 5, 8),
+                         [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param) + "_comms"; });
 
 }  // namespace

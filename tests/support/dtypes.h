@@ -94,14 +94,25 @@ inline uint64_t encodeSmallFloat(double x, const TypeInfo& t) {
   return sign | (field << M) | (q & ((uint64_t(1) << M) - 1));
 }
 
-// One element as raw bits (little-endian, low `size` bytes).
+// One element as raw bits (little-endian, low `size` bytes). Fixed-size copies so the
+// compiler inlines them: these run once per element of multi-MiB buffers.
 inline uint64_t loadBits(const void* base, size_t i, size_t size) {
-  uint64_t v = 0;
-  std::memcpy(&v, static_cast<const char*>(base) + i * size, size);
-  return v;
+  const char* p = static_cast<const char*>(base) + i * size;
+  switch (size) {
+    case 1: return uint8_t(*p);
+    case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
+    case 4: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+    default: { uint64_t v; std::memcpy(&v, p, 8); return v; }
+  }
 }
 inline void storeBits(void* base, size_t i, size_t size, uint64_t bits) {
-  std::memcpy(static_cast<char*>(base) + i * size, &bits, size);
+  char* p = static_cast<char*>(base) + i * size;
+  switch (size) {
+    case 1: *p = char(bits); break;
+    case 2: { uint16_t v = uint16_t(bits); std::memcpy(p, &v, 2); break; }
+    case 4: { uint32_t v = uint32_t(bits); std::memcpy(p, &v, 4); break; }
+    default: std::memcpy(p, &bits, 8); break;
+  }
 }
 
 // Floating types: bits <-> double.

@@ -17,6 +17,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "snccl/nccl.h"
@@ -26,6 +27,11 @@ namespace sntest {
 enum class Mode { kThreads, kProcesses };
 inline const char* modeName(Mode m) { return m == Mode::kThreads ? "threads" : "processes"; }
 inline void PrintTo(Mode m, std::ostream* os) { *os << modeName(m); }
+
+// gtest name suffix for (mode, nranks) parameters: "threads_3".
+inline std::string modeRanksName(const ::testing::TestParamInfo<std::tuple<Mode, int>>& info) {
+  return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param));
+}
 
 // Body of one rank. It reports failures with gtest assertions (threads) or by returning
 // false (processes: the exit code carries it).

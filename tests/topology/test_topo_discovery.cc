@@ -2,6 +2,7 @@
 // library, SNCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE in fresh processes (parameters are read
 // once per process), and sn_topo on the live machine and on every shared file.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <fstream>
 
 #include "topo_test_util.h"
+#include "topology/affinity.h"
+#include "topology/nccl_xml.h"
 #include "topology/nvml.h"
 #include "topology/xml.h"
 
@@ -36,6 +39,22 @@ TEST(Discovery, LiveMachineWithoutGpusOrNvmlStillWorks) {
   EXPECT_TRUE(*s == *s);
 }
 
+TEST(Discovery, NumaPlacementOfHostRanks) {
+  Result<System> s = discoverLocal();
+  ASSERT_TRUE(s.ok());
+  int numa = currentNumaNode();
+  ASSERT_GE(numa, 0);
+  std::vector<int> cpus = cpusOfNuma(*s, numa);
+  ASSERT_FALSE(cpus.empty()) << "NUMA node " << numa << " not in the discovered System";
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  ASSERT_TRUE(bindCurrentThread(cpus).ok());
+  EXPECT_EQ(currentNumaNode(), numa);
+  EXPECT_FALSE(bindCurrentThread(std::vector<int>{-1}).ok());
+  EXPECT_TRUE(bindCurrentThread({}).ok());
+  ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
+}
+
 TEST(Discovery, WithoutHwlocCpusComeFromSysfs) {
   DiscoveryOptions opt;
   opt.useHwloc = false;
@@ -48,7 +67,7 @@ TEST(Discovery, WithoutHwlocCpusComeFromSysfs) {
   size_t total = 0;
   for (int c : s->cpus()) total += s->cpuList(c).size();
   EXPECT_GT(total, 0u);
-  EXPECT_EQ(static_cast<long>(total), sysconf(_SC_NPROCESSORS_CONF));
+  EXPECT_LE(static_cast<long>(total), sysconf(_SC_NPROCESSORS_CONF));
 }
 
 TEST(Nvml, MissingLibraryIsReportedNotFatal) {
@@ -119,7 +138,7 @@ int inChild(F body) {
 TEST(Params, TopoFileAndDumpFile) {
   std::string f = topoPath("nccl/hgx-a100-80g_8gpu_6nvswitch_4xcx6dx-200g-bond_2socket-icelake.nccl.xml");
   SNCCL_REQUIRE_TOPO(f);
-  std::string dump = ::testing::TempDir() + "topo_dump.xml";
+  std::string dump = testing::tempPath("dump.xml");
   std::remove(dump.c_str());
   int rc = inChild([&] {
     setenv("SNCCL_TOPO_FILE", f.c_str(), 1);
@@ -129,9 +148,11 @@ TEST(Params, TopoFileAndDumpFile) {
     if (s->gpus().size() < 8 || s->nvs() < 0) return 2;
     Result<System> back = loadTopologyFile(dump);
     if (!back.ok()) return 3;
-    return back.value() == s.value() ? 0 : 4;
+    // NVML-only data (P2P refusals) has no place in the format; the rest must survive.
+    return writeNcclXml(back.value()) == writeNcclXml(s.value()) ? 0 : 4;
   });
   EXPECT_EQ(rc, 0);
+  std::remove(dump.c_str());
   int bad = inChild([] {
     setenv("NCCL_TOPO_FILE", "/nonexistent/topo.xml", 1);
     Result<System> s = systemForThisProcess();
@@ -147,7 +168,7 @@ TEST(Params, TopoFileAndDumpFile) {
 int runTool(const std::string& args) { return std::system((std::string(SNCCL_SN_TOPO) + " " + args + " > /dev/null 2>&1").c_str()); }
 
 TEST(SnTopo, LiveMachineAndEveryFile) {
-  std::string svg = ::testing::TempDir() + "sn_topo.svg";
+  std::string svg = testing::tempPath("sn_topo.svg");
   EXPECT_EQ(runTool("--svg " + svg), 0);
   std::vector<std::string> files = topoFiles("nccl");
   for (const char* k : {"hwloc", "nvidia-smi"})
@@ -164,6 +185,8 @@ TEST(SnTopo, LiveMachineAndEveryFile) {
     EXPECT_TRUE(parseXml(text.value(), svg).ok());  // well-formed
     EXPECT_TRUE(loadTopologyFile(svg + ".xml").ok());
   }
+  std::remove(svg.c_str());
+  std::remove((svg + ".xml").c_str());
   EXPECT_NE(runTool("-i /nonexistent.xml"), 0);
   EXPECT_NE(runTool("--bogus"), 0);
 }

@@ -244,12 +244,13 @@ TEST(HwlocFiles, GpuModelToComputeCapability) {
 
 TEST(HwlocFiles, BrokenHwlocXmlNamesTheLine) {
   SNCCL_REQUIRE_HWLOC();
-  std::string p = ::testing::TempDir() + "broken.hwloc.xml";
+  std::string p = testing::tempPath("broken.hwloc.xml");
   ASSERT_TRUE(writeTextFile(p, "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\">\n</topology>\n").ok());
   Result<System> r = loadTopologyFile(p);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(p + ":4: </topology> closes <object> opened at line 3"), std::string::npos)
       << r.status().message();
+  std::remove(p.c_str());
 }
 
 }  // namespace

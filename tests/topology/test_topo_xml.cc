@@ -132,7 +132,6 @@ TEST(Fuzz, TruncatedAndDamagedFilesNeverCrash) {
   for (const std::string& f : topoFiles("nvidia-smi")) files.push_back(f);
   if (files.empty()) GTEST_SKIP() << "shared topology data missing under " << SNCCL_TOPO_DIR;
   std::mt19937 rng(12345);
-  std::string tmp = ::testing::TempDir() + "fuzz_topo";
   int errors = 0, oks = 0;
   for (const std::string& path : files) {
     Result<std::string> text = readTextFile(path);
@@ -150,7 +149,7 @@ TEST(Fuzz, TruncatedAndDamagedFilesNeverCrash) {
       variants.push_back(d);
     }
     for (size_t v = 0; v < variants.size(); ++v) {
-      std::string p = tmp + std::to_string(v) + suffix;
+      std::string p = testing::tempPath("fuzz" + suffix);
       ASSERT_TRUE(writeTextFile(p, variants[v]).ok());
       Result<System> r = loadTopologyFile(p);
       if (r.ok()) {
@@ -165,6 +164,8 @@ TEST(Fuzz, TruncatedAndDamagedFilesNeverCrash) {
       }
     }
   }
+  std::remove(testing::tempPath("fuzz.xml").c_str());
+  std::remove(testing::tempPath("fuzz.txt").c_str());
   EXPECT_GT(errors, 50);
   std::printf("fuzz: %d variants rejected with file:line errors, %d still valid\n", errors, oks);
 }
@@ -174,11 +175,12 @@ TEST(Format, SniffsEveryKind) {
   EXPECT_EQ(sniffFormat("<?xml version=\"1.0\"?><!DOCTYPE topology SYSTEM \"hwloc2.dtd\"><topology/>"), FileFormat::kHwlocXml);
   EXPECT_EQ(sniffFormat("\tGPU0\tGPU1\n"), FileFormat::kNvidiaSmi);
   EXPECT_EQ(sniffFormat("hello"), FileFormat::kUnknown);
-  std::string p = ::testing::TempDir() + "not_topo.txt";
+  std::string p = testing::tempPath("not_topo.txt");
   ASSERT_TRUE(writeTextFile(p, "hello\n").ok());
   Result<System> r = loadTopologyFile(p);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(p + ":1: not a topology file"), std::string::npos) << r.status().message();
+  std::remove(p.c_str());
   Result<System> missing = loadTopologyFile("/nonexistent/topo.xml");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/topo.xml"), std::string::npos);

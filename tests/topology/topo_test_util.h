@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -17,6 +18,11 @@
 namespace snccl::topo::testing {
 
 inline std::string topoPath(const std::string& rel) { return std::string(SNCCL_TOPO_DIR) + "/" + rel; }
+
+// A scratch file name private to this process (several people run the tests at once).
+inline std::string tempPath(const std::string& name) {
+  return ::testing::TempDir() + "snccl_topo_" + std::to_string(getpid()) + "_" + name;
+}
 
 // Every file of one kind ("nccl", "hwloc", "nvidia-smi"), sorted.
 inline std::vector<std::string> topoFiles(const std::string& kind) {

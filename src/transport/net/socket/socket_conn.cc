@@ -64,9 +64,16 @@ SockRequest* Conn::allocRequest() {
       r.matched = false;
       r.partsLeft = 0;
       r.imm = 0;
+      r.frameEnd = 0;
+      ++live_;
       return &r;
     }
   return nullptr;
+}
+
+void Conn::releaseRequest(SockRequest* r) {
+  r->used = false;
+  --live_;
 }
 
 size_t Conn::frameBytes(const Frame& f) const {
@@ -77,13 +84,19 @@ void Conn::queueFrame(const Frame& f, const void* payload, size_t n) {
   const char* fp = reinterpret_cast<const char*>(&f);
   out_.insert(out_.end(), fp, fp + sizeof f);
   if (n > 0) out_.insert(out_.end(), static_cast<const char*>(payload), static_cast<const char*>(payload) + n);
+  queued_ += sizeof f + n;
 }
 
 Status Conn::fail(Status s) {
   if (!error_.ok()) return error_;
   s.addContext("NET/Socket " + what_);
-  // After the peer's goodbye, failures are consequences of its close, not news.
+  // After the peer's goodbye, failures are consequences of its close, not news; but the
+  // answer to its goodbye should still reach it, or its close waits for its deadline.
   if (!peerBye_) SN_WARN("%s", s.message().c_str());
+  if (peerBye_ && outOff_ < out_.size()) {
+    ssize_t k = ::send(ctrl_.fd(), out_.data() + outOff_, out_.size() - outOff_, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k == ssize_t(out_.size() - outOff_) && shutAfterFlush_) ::shutdown(ctrl_.fd(), SHUT_WR);
+  }
   error_ = s;
   for (Stream& st : streams_) st.tasks.clear();
   awaiting_.clear();
@@ -103,12 +116,13 @@ Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm)
   SNCCL_TRY(progress());
   if (peerBye_ || ctrlEof_)
     return fail(RemoteError("the receiver closed the connection; cannot send a %zu-byte message", size));
-  if (credits_.empty()) return static_cast<SockRequest*>(nullptr);
+  wantCredit_ = credits_.empty();
+  if (wantCredit_) return static_cast<SockRequest*>(nullptr);
   SockRequest* r = allocRequest();
   if (r == nullptr) return r;
   Credit c = credits_.front();
   if (size > c.size || tag != c.tag) {
-    r->used = false;
+    releaseRequest(r);
     return fail(InvalidUsage("message of %zu bytes (tag %d) does not fit the peer's posted receive of %zu bytes "
                              "(tag %d): both ends must use the same SNCCL_BUFFSIZE/SNCCL_STEPS",
                              size, tag, c.size, c.tag));
@@ -120,6 +134,7 @@ Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm)
   r->imm = imm;
   Frame f{sockwire::kMsg, tag, size, imm};
   queueFrame(f, data, size <= sockwire::kInlineMax ? size : 0);
+  r->frameEnd = queued_;
   addParts(r, size);
   SNCCL_TRY(progress());
   return r;
@@ -127,14 +142,16 @@ Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm)
 
 Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
   SNCCL_TRY(progress());
-  if (peerBye_ || ctrlEof_) return fail(RemoteError("the sender closed the connection; cannot post a receive"));
   SockRequest* r = allocRequest();
   if (r == nullptr) return r;
   r->data = static_cast<char*>(data);
   r->size = size;
   r->tag = tag;
   awaiting_.push_back(r);
-  queueFrame(Frame{sockwire::kCts, tag, size, 0}, nullptr, 0);
+  // After the sender's goodbye the receive is still posted, not refused: messages framed
+  // before the goodbye may still be arriving on the streams for earlier receives, and this
+  // one fails in test() only when it is next in line, so nothing delivered is lost.
+  if (!peerBye_ && !ctrlEof_ && !byeSent_) queueFrame(Frame{sockwire::kCts, tag, size, 0}, nullptr, 0);
   SNCCL_TRY(progress());
   return r;
 }
@@ -143,17 +160,22 @@ Status Conn::test(SockRequest* r, bool* done, size_t* size, uint64_t* imm) {
   *done = false;
   if (r == nullptr || r->conn != this || !r->used) return InternalError("NET/Socket: test of an invalid request");
   Status s = progress();
-  if (s.ok() && !sender_ && !r->matched && (peerBye_ || ctrlEof_))
+  // An unmatched receive after the goodbye will never be filled. Fail only once the
+  // messages framed before the goodbye have fully arrived: failing clears the streams.
+  bool streaming = std::any_of(streams_.begin(), streams_.end(), [](const Stream& st) { return !st.tasks.empty(); });
+  if (s.ok() && !sender_ && !r->matched && (peerBye_ || ctrlEof_) && !streaming)
     s = fail(RemoteError("the sender closed the connection before the message this receive waits for"));
   if (!s.ok()) {
-    r->used = false;
+    releaseRequest(r);
     return s;
   }
-  if (r->partsLeft > 0 || (!sender_ && !r->matched)) return OkStatus();
+  // A send is complete once its payload and its frame (which may carry the payload
+  // inline) left this process: the caller may reuse the buffer and may go idle.
+  if (r->partsLeft > 0 || flushed_ < r->frameEnd || (!sender_ && !r->matched)) return OkStatus();
   *done = true;
   if (size != nullptr) *size = r->size;
   if (imm != nullptr) *imm = r->imm;
-  r->used = false;
+  releaseRequest(r);
   return OkStatus();
 }
 
@@ -177,6 +199,7 @@ Status Conn::flushCtrl() {
     }
     if (k.value() == 0) return OkStatus();
     outOff_ += k.value();
+    flushed_ += k.value();
   }
   out_.clear();
   outOff_ = 0;
@@ -295,7 +318,7 @@ Status Conn::pumpStream(int index) {
 }
 
 void Conn::pollFds(std::vector<pollfd>* fds) const {
-  if (!error_.ok()) return;
+  if (!error_.ok() || (live_ == 0 && !wantCredit_)) return;
   // Never register a socket with no wanted event: poll would report its hang-up forever.
   short ce = short((ctrlEof_ ? 0 : POLLIN) | (outOff_ < out_.size() ? POLLOUT : 0));
   if (ce != 0) fds->push_back(pollfd{ctrl_.fd(), ce, 0});

@@ -36,6 +36,7 @@ class SockRequest : public Request {
   size_t size = 0;       // receive: posted bytes until matched, then the message's bytes
   uint64_t imm = 0;
   int partsLeft = 0;     // stream parts not yet fully written / read
+  uint64_t frameEnd = 0; // control bytes that must be written before it completes
 };
 
 class Conn {
@@ -53,6 +54,9 @@ class Conn {
   Result<SockRequest*> isend(void* data, size_t size, int tag, uint64_t imm);
   Result<SockRequest*> irecv(void* data, size_t size, int tag);
   Status test(SockRequest* r, bool* done, size_t* size, uint64_t* imm);
+  // Only while a request is live (or an isend waits for credit): the caller tests its
+  // requests after a wake-up, and that is what consumes the readiness. An idle connection
+  // registers nothing, so unread credits cannot keep poll() returning.
   void pollFds(std::vector<pollfd>* fds) const;
 
   // Clean close: BYE, then (sender) wait up to lingerMs for the peer's BYE or EOF so that
@@ -86,6 +90,7 @@ class Conn {
   void queueFrame(const sockwire::Frame& f, const void* payload, size_t n);
   void addParts(SockRequest* r, size_t size);
   SockRequest* allocRequest();
+  void releaseRequest(SockRequest* r);
   size_t frameBytes(const sockwire::Frame& f) const;
 
   const bool sender_;
@@ -99,6 +104,10 @@ class Conn {
   size_t outOff_ = 0;
   std::vector<char> in_;               // control bytes read but not yet parsed
   uint64_t seq_ = 0;                   // messages started (both ends count the same)
+  uint64_t queued_ = 0;                // control bytes ever queued
+  uint64_t flushed_ = 0;               // control bytes ever written
+  int live_ = 0;                       // requests handed out and not yet completed
+  bool wantCredit_ = false;            // the last isend found no credit
   Status error_;
   bool ctrlEof_ = false;
   bool peerBye_ = false;
