@@ -21,9 +21,19 @@ shift 2
 grace=${SN_PERF_LAUNCH_GRACE:-30}
 
 pick_port() {
-  # Ask the kernel for a free port; fall back to a random high one.
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-    echo $((20000 + RANDOM % 20000))
+  # A free port below the kernel's ephemeral range (32768+), so that the listeners other
+  # processes open on ephemeral ports meanwhile cannot take it before rank 0 binds it.
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()' 2>/dev/null || echo $((20000 + RANDOM % 12000))
 }
 
 export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}

@@ -2,7 +2,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "api/export.h"
 #include "collectives/kernels/reduce.h"
@@ -11,18 +15,18 @@
 using namespace snccl;
 
 namespace {
-// ncclMemAlloc'd blocks start one page after a header recording the mapping's size.
-struct AllocHeader {
-  uint64_t magic;
-  size_t bytes;
-};
-constexpr uint64_t kAllocMagic = 0x736e63636c6d656dull;
 
-struct Registration {
-  void* buff;
-  size_t size;
-  ncclComm* comm;
+// The live ncclMemAlloc blocks (user pointer -> mapping size), so that ncclMemFree can
+// reject a pointer it did not hand out, or one freed already, instead of unmapping
+// someone else's memory. This allocator's registry is its only process-wide state.
+struct AllocRegistry {
+  std::mutex mutex;
+  std::unordered_map<void*, size_t> blocks;
 };
+AllocRegistry& allocRegistry() {
+  static AllocRegistry r;
+  return r;
+}
 }  // namespace
 
 // Host memory: page-aligned and prefaulted (page faults cost ~13 us each on our VMs).
@@ -32,23 +36,28 @@ SNCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   size_t bytes = page + (size + page - 1) / page * page;
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (base == MAP_FAILED) return apiResult(ErrnoError(errno, "mmap of %zu bytes failed", bytes), "ncclMemAlloc");
-  auto* h = static_cast<AllocHeader*>(base);
-  h->magic = kAllocMagic;
-  h->bytes = bytes;
   *ptr = static_cast<char*>(base) + page;
+  AllocRegistry& reg = allocRegistry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  reg.blocks[*ptr] = bytes;
   return ncclSuccess;
 }
 
 SNCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
+  size_t bytes = 0;
+  {
+    AllocRegistry& reg = allocRegistry();
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    auto it = reg.blocks.find(ptr);
+    if (it == reg.blocks.end())
+      return apiResult(InvalidArgument("%p was not returned by ncclMemAlloc (or was freed already)", ptr),
+                       "ncclMemFree");
+    bytes = it->second;
+    reg.blocks.erase(it);
+  }
   size_t page = size_t(sysconf(_SC_PAGESIZE));
-  if (reinterpret_cast<uintptr_t>(ptr) % page != 0)
-    return apiResult(InvalidArgument("%p was not returned by ncclMemAlloc", ptr), "ncclMemFree");
-  auto* h = reinterpret_cast<AllocHeader*>(static_cast<char*>(ptr) - page);
-  if (h->magic != kAllocMagic)
-    return apiResult(InvalidArgument("%p was not returned by ncclMemAlloc", ptr), "ncclMemFree");
-  h->magic = 0;
-  munmap(h, h->bytes);
+  munmap(static_cast<char*>(ptr) - page, bytes);
   return ncclSuccess;
 }
 
@@ -59,17 +68,24 @@ SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
   if (st.ok() && (handle == nullptr || (buff == nullptr && size > 0)))
     st = InvalidArgument("handle is NULL or buff is NULL");
   if (!st.ok()) return apiResult(st, "ncclCommRegister");
-  *handle = new Registration{buff, size, comm};
+  auto reg = std::make_unique<Registration>(Registration{buff, size});
+  *handle = reg.get();
+  std::lock_guard<std::mutex> lock(comm->regMutex);
+  comm->registrations.push_back(std::move(reg));
   return ncclSuccess;
 }
 
 SNCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   Status st = checkComm(comm, false);
-  auto* reg = static_cast<Registration*>(handle);
-  if (st.ok() && (reg == nullptr || reg->comm != comm))
-    st = InvalidArgument("handle %p was not registered on this communicator", handle);
   if (!st.ok()) return apiResult(st, "ncclCommDeregister");
-  delete reg;
+  std::lock_guard<std::mutex> lock(comm->regMutex);
+  auto& regs = comm->registrations;
+  auto it = std::find_if(regs.begin(), regs.end(), [&](const auto& r) { return r.get() == handle; });
+  if (it == regs.end())
+    return apiResult(InvalidArgument("handle %p is not registered on this communicator (or was deregistered "
+                                     "already)", handle),
+                     "ncclCommDeregister");
+  regs.erase(it);
   return ncclSuccess;
 }
 

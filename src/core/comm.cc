@@ -25,7 +25,6 @@ Status finishInit(ncclComm* comm) {
   comm->rank = comm->bootstrap->rank();
   comm->commHash = comm->bootstrap->commHash();
   comm->peers.resize(comm->nranks);
-  comm->localRanks = 0;
   for (int r = 0; r < comm->nranks; ++r) {
     auto blob = comm->bootstrap->peerInfo(r);
     if (blob.size() != sizeof(PeerInfo)) return InternalError("bootstrap returned a %zu-byte peer blob", blob.size());
@@ -33,8 +32,9 @@ Status finishInit(ncclComm* comm) {
     if (comm->peers[r].version != NCCL_VERSION_CODE)
       return InvalidUsage("rank %d runs library version %u, rank %d runs %u", r, comm->peers[r].version,
                           comm->rank, unsigned(NCCL_VERSION_CODE));
-    if (comm->peers[r].hostHash == comm->peers[comm->rank].hostHash) ++comm->localRanks;
   }
+  comm->localRanks = 0;
+  for (const PeerInfo& p : comm->peers) comm->localRanks += p.hostHash == comm->peers[comm->rank].hostHash;
   comm->sendConn.resize(comm->nranks);
   comm->recvConn.resize(comm->nranks);
   int64_t steps = params::getInt(params::Id::Steps);
@@ -137,6 +137,20 @@ Status parseConfig(const ncclConfig_t* user, CommConfig* out) {
     if (cfg.version >= NCCL_VERSION(2, 27, 0) && cfg.CTAPolicy != NCCL_CONFIG_UNDEF_INT &&
         (cfg.CTAPolicy < 0 || cfg.CTAPolicy > 2))
       return InvalidArgument("Invalid config CTAPolicy attribute value %d", cfg.CTAPolicy);
+    if (cfg.version >= NCCL_VERSION(2, 27, 0)) {
+      if (cfg.collnetEnable != NCCL_CONFIG_UNDEF_INT && cfg.collnetEnable != 0 && cfg.collnetEnable != 1)
+        return InvalidArgument("Invalid config collnetEnable attribute value %d", cfg.collnetEnable);
+      if (cfg.shrinkShare != NCCL_CONFIG_UNDEF_INT && cfg.shrinkShare != 0 && cfg.shrinkShare != 1)
+        return InvalidArgument("Invalid config shrinkShare attribute value %d", cfg.shrinkShare);
+      if (cfg.nvlsCTAs != NCCL_CONFIG_UNDEF_INT && cfg.nvlsCTAs <= 0)
+        return InvalidArgument("Invalid config nvlsCTAs attribute value %d", cfg.nvlsCTAs);
+    }
+    if (cfg.version >= NCCL_VERSION(2, 28, 0)) {
+      if (cfg.nChannelsPerNetPeer != NCCL_CONFIG_UNDEF_INT && (cfg.nChannelsPerNetPeer < 1 || cfg.nChannelsPerNetPeer > 64))
+        return InvalidArgument("Invalid config nChannelsPerNetPeer attribute value %d", cfg.nChannelsPerNetPeer);
+      if (cfg.nvlinkCentricSched != NCCL_CONFIG_UNDEF_INT && cfg.nvlinkCentricSched != 0 && cfg.nvlinkCentricSched != 1)
+        return InvalidArgument("Invalid config nvlinkCentricSched attribute value %d", cfg.nvlinkCentricSched);
+    }
     if (cfg.commName != nullptr) out->name = cfg.commName;
   }
   if (envBlocking == 0 || envBlocking == 1) out->blocking = envBlocking == 1;
@@ -258,11 +272,15 @@ void commSetError(ncclComm* comm, const Status& status) {
     comm->asyncError.store(status.code() == ncclSuccess ? ncclInternalError : status.code());
     comm->state.store(int(CommState::kFailed));
   }
-  // Peers blocked on us fail now rather than at their timeout.
+  // Peers blocked on us fail now rather than at their timeout; the poison word also
+  // names the rank where the failure started, so every survivor can report it.
+  int culprit = comm->culprit.load();
+  uint32_t word = encodePoison(status.code() == ncclSuccess ? ncclInternalError : status.code(),
+                               culprit >= 0 ? culprit : comm->rank);
   for (auto& c : comm->sendConn)
-    if (c) c->poison(uint32_t(status.code()));
+    if (c) c->poison(word);
   for (auto& c : comm->recvConn)
-    if (c) c->poison(uint32_t(status.code()));
+    if (c) c->poison(word);
 }
 
 Status commConnect(ncclComm* comm, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {

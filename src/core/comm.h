@@ -37,6 +37,13 @@ Status parseConfig(const ncclConfig_t* user, CommConfig* out);
 
 struct AlgorithmDef;
 
+// A buffer registered with ncclCommRegister (host buffers need no pinning; the record
+// lets deregistration be checked).
+struct Registration {
+  void* buff;
+  size_t size;
+};
+
 // A schedule plus what the executor derives from it once: the peers it sends to and
 // receives from, and whether this communicator's connections to them exist yet.
 struct PreparedSchedule {
@@ -93,6 +100,7 @@ struct ncclComm {
   std::atomic<bool> abortFlag{false};
   std::atomic<int> state{static_cast<int>(snccl::CommState::kInitializing)};
   std::atomic<int> asyncError{ncclSuccess};
+  std::atomic<int> culprit{-1};  // rank where a failure started (a dead peer), -1 unknown
   std::string asyncErrorText;  // guarded by errorMutex
   std::mutex errorMutex;
   std::thread initThread;      // non-blocking init
@@ -103,6 +111,9 @@ struct ncclComm {
   uint64_t ticketsIssued = 0;
   std::atomic<uint64_t> ticketsDone{0};
   uint64_t collSeq = 0;  // collectives issued; the basis of operation signatures
+
+  std::mutex regMutex;
+  std::vector<std::unique_ptr<snccl::Registration>> registrations;
 
   std::mutex redOpMutex;
   std::vector<snccl::PreMulOp> preMulOps;  // index i is ncclRedOp_t(ncclNumOps + i)

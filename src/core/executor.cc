@@ -176,16 +176,25 @@ Status CommRunner::checkBlocked() {
   if (blockedConn_ != nullptr) {
     int peer = blockedConn_->peer();
     const PeerInfo& pi = comm_->peers[peer];
-    if (uint32_t code = blockedConn_->poisoned())
-      return RemoteError("%s: rank %d: rank %d (pid %d, host %s) failed or aborted (its error: %s)",
-                         op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
-                         ncclGetErrorString(static_cast<ncclResult_t>(code)));
+    if (uint32_t word = blockedConn_->poisoned()) {
+      int origin = poisonOrigin(word);
+      if (origin >= 0 && origin < comm_->nranks) comm_->culprit.store(origin);
+      std::string cause = origin >= 0 && origin != peer && origin < comm_->nranks
+                              ? format(" after rank %d (pid %d, host %s) failed", origin, comm_->peers[origin].pid,
+                                       comm_->peers[origin].hostname)
+                              : std::string();
+      return RemoteError("%s: rank %d: rank %d (pid %d, host %s) stopped%s (its error: %s)", op.describe().c_str(),
+                         comm_->rank, peer, pi.pid, pi.hostname, cause.c_str(),
+                         ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))));
+    }
     if (blockedConn_->peerPid() != 0 && now - lastLivenessCheckNs_ > kLivenessPeriodNs) {
       lastLivenessCheckNs_ = now;
-      if (kill(blockedConn_->peerPid(), 0) != 0 && errno == ESRCH)
+      if (kill(blockedConn_->peerPid(), 0) != 0 && errno == ESRCH) {
+        comm_->culprit.store(peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) exited while this rank waited for %s it",
                            op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
                            blockedSender_ ? "a free slot (credit) from" : "data from");
+      }
     }
   }
   if (comm_->timeoutNs > 0 && now - opStartNs_ > comm_->timeoutNs) {

@@ -379,6 +379,24 @@ Result<SystemBuilder> load(const std::string* xmlPath) {
 
 }  // namespace
 
+Result<SystemBuilder> hwlocBuilderLive() { return load(nullptr); }
+
+#else  // !SNCCL_HAVE_HWLOC
+
+bool hwlocAvailable() { return false; }
+
+std::string hwlocDescription() { return "built without hwloc"; }
+
+namespace {
+Result<SystemBuilder> load(const std::string* path) {
+  return InvalidUsage("%s: this snccl was built without hwloc (libhwloc-dev), it cannot read hwloc XML", path->c_str());
+}
+}  // namespace
+
+Result<SystemBuilder> hwlocBuilderLive() { return InvalidUsage("this snccl was built without hwloc"); }
+
+#endif
+
 Result<SystemBuilder> hwlocBuilderFromXml(const std::string& path) {
   // Our own parse first: hwloc's errors carry no line numbers and go to stderr.
   SNCCL_ASSIGN_OR_RETURN(std::string text, readTextFile(path));
@@ -389,22 +407,6 @@ Result<SystemBuilder> hwlocBuilderFromXml(const std::string& path) {
   }
   return load(&path);
 }
-
-Result<SystemBuilder> hwlocBuilderLive() { return load(nullptr); }
-
-#else  // !SNCCL_HAVE_HWLOC
-
-bool hwlocAvailable() { return false; }
-
-std::string hwlocDescription() { return "built without hwloc"; }
-
-Result<SystemBuilder> hwlocBuilderFromXml(const std::string& path) {
-  return InvalidUsage("%s: this snccl was built without hwloc (libhwloc-dev), it cannot read hwloc XML", path.c_str());
-}
-
-Result<SystemBuilder> hwlocBuilderLive() { return InvalidUsage("this snccl was built without hwloc"); }
-
-#endif
 
 Result<System> systemFromHwlocXml(const std::string& path) {
   SNCCL_ASSIGN_OR_RETURN(SystemBuilder b, hwlocBuilderFromXml(path));

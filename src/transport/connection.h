@@ -107,6 +107,12 @@ class Connection {
   const char* transport_;
 };
 
+// The poison word: the error code in the low 8 bits, 1 + the rank where the failure
+// started above them, so a failure cascades with its root cause.
+inline uint32_t encodePoison(int code, int originRank) { return uint32_t(code & 0xff) | (uint32_t(originRank + 1) << 8); }
+inline int poisonCode(uint32_t word) { return int(word & 0xff); }
+inline int poisonOrigin(uint32_t word) { return int(word >> 8) - 1; }
+
 // Bytes of the control block rounded up to a page, so slots start page-aligned.
 size_t connCtrlBytes();
 

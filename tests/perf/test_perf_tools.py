@@ -338,12 +338,21 @@ def case_timeout(a):
 
 
 def free_port():
+    # Below the ephemeral range (32768+) that bootstrap listeners of parallel tests use,
+    # so nobody takes it between this check and the tool's bind.
+    import random
     import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    for _ in range(200):
+        p = random.randrange(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            pass
+        finally:
+            s.close()
+    raise RuntimeError("no free port in 20000-32000")
 
 
 CASES = {"format": case_format, "groups": case_groups, "types": case_types, "inject": case_inject,

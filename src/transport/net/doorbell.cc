@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -67,29 +68,47 @@ void Doorbell::setWords(std::vector<std::atomic<uint32_t>*> words) {
 
 void Doorbell::run() {
   std::vector<std::atomic<uint32_t>*> words;
+  std::vector<uint32_t> seen;  // the value of each word when we last rang (or adopted it)
   std::vector<futex_waitv> w;
+  uint64_t gen = 0;
   for (;;) {
     uint32_t control = control_.load(std::memory_order_seq_cst);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
-      words = words_;
-      adopted_ = generation_;
+      if (generation_ != gen) {
+        // Words kept from the old list keep what we saw of them; new ones start now.
+        std::vector<uint32_t> next;
+        for (auto* word : words_) {
+          auto it = std::find(words.begin(), words.end(), word);
+          next.push_back(it != words.end() ? seen[size_t(it - words.begin())] : word->load(std::memory_order_seq_cst));
+        }
+        gen = generation_;
+        words = words_;
+        seen = std::move(next);
+      }
+      adopted_ = gen;
     }
     cv_.notify_all();
-    w.clear();
-    for (auto* word : words) w.push_back(waiter(word, word->load(std::memory_order_seq_cst)));
-    w.push_back(waiter(&control_, control));
-    long r = waitv(w.data(), unsigned(w.size()));
-    // A ring word moved (r indexes it) or changed before we slept (EAGAIN: which one is
-    // unknown): ring the bell; a spurious ring only costs the proxy one empty pass. A
-    // control change just means a new word list.
-    bool control_moved = control_.load(std::memory_order_seq_cst) != control;
-    if ((r >= 0 && size_t(r) < words.size()) || (r < 0 && errno == EAGAIN && !control_moved)) {
+    // Compare with what we saw before, not with a fresh read: a bump that happened while
+    // this thread was busy ringing must still ring, or the proxy sleeps through it.
+    bool moved = false;
+    for (size_t i = 0; i < words.size(); ++i) {
+      uint32_t now = words[i]->load(std::memory_order_seq_cst);
+      moved = moved || now != seen[i];
+      seen[i] = now;
+    }
+    if (moved) {
       uint64_t one = 1;
       ssize_t k = write(eventFd_, &one, sizeof one);
       (void)k;
     }
+    w.clear();
+    for (size_t i = 0; i < words.size(); ++i) w.push_back(waiter(words[i], seen[i]));
+    w.push_back(waiter(&control_, control));
+    // Returns when a word moves or differs from `seen` already (EAGAIN); the next pass
+    // finds out which and rings.
+    (void)waitv(w.data(), unsigned(w.size()));
   }
 }
 
