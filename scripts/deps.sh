@@ -41,3 +41,11 @@ build() {
   (($#)) && targets=(--target "$@")
   cmake --build "$dir" -j "$JOBS" "${targets[@]}" -- -k 0
 }
+
+# test_targets DIR LABEL_REGEX: the build targets of the tests with those labels (so a
+# build can skip what those tests do not run).
+test_targets() {
+  local dir=$ROOT/$1
+  comm -12 <(ctest --test-dir "$dir" -N -L "$2" | awk '$1 == "Test" {print $3}' | sort -u) \
+           <(ninja -C "$dir" -t targets all | sed -n 's/: phony$//p' | sort -u)
+}

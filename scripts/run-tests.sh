@@ -13,10 +13,12 @@ build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" || fail=1
 
 echo "== ASan+UBSan build: unit, mr and mp tests"
+labels='^(unit|mr|mp)$'
 configure build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF
-build build-asan || fail=1
+mapfile -t targets < <(test_targets build-asan "$labels")
+build build-asan "${targets[@]}" || fail=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L '^(unit|mr|mp)$' || fail=1
+  ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L "$labels" || fail=1
 
 echo "== run-tests.sh: $( ((fail)) && echo FAILED || echo all passed)"
 exit "$fail"

@@ -13,12 +13,17 @@
 #include "common/params.h"
 #include "common/wait.h"
 #include "core/executor.h"
+#include "topology/affinity.h"
+#include "topology/discovery.h"
+#include "topology/planner.h"
 
 namespace snccl {
 
 namespace {
 constexpr uint32_t kTagConnect = 0x434f4e00;  // "CON"
 constexpr unsigned kConfigMagic = 0xcafebeef;
+
+Status planCommRing(ncclComm* comm);
 
 Status finishInit(ncclComm* comm) {
   comm->nranks = comm->bootstrap->nranks();
@@ -35,6 +40,7 @@ Status finishInit(ncclComm* comm) {
   }
   comm->localRanks = 0;
   for (const PeerInfo& p : comm->peers) comm->localRanks += p.hostHash == comm->peers[comm->rank].hostHash;
+  SNCCL_TRY(planCommRing(comm));
   comm->sendConn.resize(comm->nranks);
   comm->recvConn.resize(comm->nranks);
   int64_t steps = params::getInt(params::Id::Steps);
@@ -54,6 +60,46 @@ Status finishInit(ncclComm* comm) {
   return OkStatus();
 }
 
+// The topology is discovered once per process (hwloc is slow to load) and reused.
+const Result<topo::System>& processSystem() {
+  static const Result<topo::System> sys = topo::systemForThisProcess();
+  return sys;
+}
+
+// Rank 0 plans the ring from the allgathered locations and sends it to every rank, so all
+// ranks use one order even if their nodes' topologies differ. A planning failure falls
+// back to rank order (logged): the ring is an optimisation, never a requirement.
+Status planCommRing(ncclComm* comm) {
+  constexpr uint32_t kTagRing = 0x52494e47;  // "RING"
+  std::vector<int> ring(comm->nranks);
+  for (int r = 0; r < comm->nranks; ++r) ring[r] = r;
+  if (comm->nranks <= 2) {
+    comm->plan.ring = std::move(ring);
+    return OkStatus();
+  }
+  if (comm->rank == 0) {
+    const Result<topo::System>& sys = processSystem();
+    std::vector<topo::RankLocation> locs(comm->nranks);
+    for (int r = 0; r < comm->nranks; ++r) locs[r] = {comm->peers[r].hostHash, std::string(), comm->peers[r].numa};
+    Result<std::vector<int>> planned = sys.ok() ? topo::planRing(sys.value(), locs) : Result<std::vector<int>>(sys.status());
+    if (planned.ok() && planned.value().size() == ring.size()) {
+      ring = std::move(planned).value();
+    } else {
+      SN_INFO(log::kGraph, "ring planner unavailable (%s): using rank order",
+              planned.ok() ? "wrong size" : planned.status().message().c_str());
+    }
+    for (int r = 1; r < comm->nranks; ++r)
+      SNCCL_TRY(comm->bootstrap->send(r, kTagRing, ring.data(), ring.size() * sizeof(int)));
+  } else {
+    SNCCL_TRY(comm->bootstrap->recv(0, kTagRing, ring.data(), ring.size() * sizeof(int)));
+  }
+  std::string order;
+  for (int r : ring) order += " " + std::to_string(r);
+  SN_INFO(log::kGraph, "Ring 00 :%s", order.c_str());
+  comm->plan.ring = std::move(ring);
+  return OkStatus();
+}
+
 PeerInfo makePeerInfo(int rank, int cudaDev) {
   PeerInfo info{};
   info.version = NCCL_VERSION_CODE;
@@ -62,6 +108,7 @@ PeerInfo makePeerInfo(int rank, int cudaDev) {
   info.processToken = processToken();
   info.pid = getpid();
   info.cudaDev = cudaDev;
+  info.numa = topo::currentNumaNode();
   gethostname(info.hostname, sizeof info.hostname - 1);
   return info;
 }

@@ -87,6 +87,7 @@ struct ncclComm {
   std::unique_ptr<snccl::Bootstrap> bootstrap;
   std::vector<snccl::PeerInfo> peers;
   uint64_t commHash = 0;
+  snccl::ChannelPlan plan;  // ring order chosen by the topology planner at creation
 
   // Connections by peer rank, created lazily; touched only by the thread that currently
   // executes this communicator's operations (see the ticket below).

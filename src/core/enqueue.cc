@@ -120,8 +120,7 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
         e.args.chunkElems == args.chunkElems && e.args.inPlace == args.inPlace)
       return e.prep;
   auto prep = std::make_shared<PreparedSchedule>();
-  ChannelPlan plan;
-  SNCCL_TRY(alg->generate(args, plan, &prep->sched));
+  SNCCL_TRY(alg->generate(args, comm->plan, &prep->sched));
   prep->computePeers();
   constexpr size_t kCacheSize = 16;
   ScheduleCacheEntry entry{args, alg, prep};

@@ -370,6 +370,9 @@ Result<SystemBuilder> load(const std::string* xmlPath) {
   if (xmlPath != nullptr && hwloc_topology_set_xml(topo.t, xmlPath->c_str()) != 0) {
     return ErrnoError(errno, "hwloc cannot use %s as XML input", what);
   }
+  // Live: hwloc's linux component reads the PCI tree from sysfs; its "pci" plugin
+  // (libpciaccess) finds nothing more here, is slower and leaks on every load.
+  if (xmlPath == nullptr) hwloc_topology_set_components(topo.t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
   // The default I/O filter (KEEP_NONE) would drop every PCI device, even from XML.
   hwloc_topology_set_io_types_filter(topo.t, xmlPath != nullptr ? HWLOC_TYPE_FILTER_KEEP_ALL
                                                                 : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);

@@ -26,6 +26,7 @@ struct PeerInfo {
   uint64_t processToken;  // random per process: equal tokens = same address space
   int32_t pid;
   int32_t cudaDev;
+  int32_t numa;           // NUMA node the rank runs on (-1 unknown): input of the ring planner
   char hostname[64];
 };
 

@@ -107,6 +107,29 @@ TEST(NetRanks, ShmDisabledFallsBackToNet) {
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 
+// A net that does not exist is named in the error, with the ones that do.
+TEST(NetRanks, UnknownNetIsAClearError) {
+  Cluster c = loopback(2, 1);
+  c.env.push_back({"NCCL_NET", "NoSuchNet"});
+  Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
+    int32_t x = 1;
+    ncclResult_t res = ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, nullptr);
+    nettest::report(sh, rank, res, ncclGetLastError(nullptr));
+    *abort = true;
+    return res != ncclSuccess;
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  for (int r = 0; r < 2; ++r) {
+    std::string msg = o.reports[r].msg;
+    // The rank that fails first says why; its peer may only see it fail.
+    if (o.reports[r].code == ncclInvalidArgument) {
+      EXPECT_NE(msg.find("NoSuchNet"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("Socket"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_TRUE(o.reports[0].code == ncclInvalidArgument || o.reports[1].code == ncclInvalidArgument) << o.describe();
+}
+
 // Communicators come and go in one process: the proxy stops with the last connection
 // and starts again with the next.
 TEST(NetRanks, SuccessiveCommunicatorsRestartTheProxy) {

@@ -66,6 +66,9 @@ void Proxy::release(ProxyEntry* entry) {
   bool detached = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // No thread means no live entry (a forked child releasing its parent's): nothing to
+    // wait for.
+    if (!running_) return;
     releases_.push_back(Closing{entry, &detached});
   }
   ring();
@@ -93,69 +96,76 @@ bool Proxy::takeRequests(std::vector<Live>* live) {
   return changed;
 }
 
+namespace {
+void watch(const std::vector<Proxy::Live>& live, Doorbell& bell) {
+  std::vector<std::atomic<uint32_t>*> words;
+  for (const Proxy::Live& l : live) words.push_back(l.entry->wakeWord());
+  bell.setWords(std::move(words));
+}
+}  // namespace
+
+bool Proxy::detachReleased(std::vector<Live>* live, Doorbell& bell) {
+  std::vector<std::unique_ptr<ProxyEntry>> gone;
+  std::vector<bool*> flags;
+  for (Live& l : *live)
+    if (l.detached != nullptr && l.entry->detachReady()) {
+      gone.push_back(std::move(l.entry));
+      flags.push_back(l.detached);
+    }
+  if (gone.empty()) return false;
+  live->erase(std::remove_if(live->begin(), live->end(), [](const Live& l) { return l.entry == nullptr; }),
+              live->end());
+  // Stop watching their words before the releasing threads learn they may free the
+  // rings (they do so as soon as they see `detached`); close the net side afterwards.
+  watch(*live, bell);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (bool* f : flags) *f = true;
+  }
+  cv_.notify_all();
+  for (auto& e : gone) e->closeNet();
+  return true;
+}
+
+void Proxy::sleepIdle(std::vector<Live>* live, const Doorbell& bell, std::vector<pollfd>* fds) {
+  // Arm every ring, then re-check: work that arrived in between means no sleep. Asleep,
+  // any socket, the doorbell, add/release, or (for entries that need it) the tick wakes us.
+  bool canSleep = true;
+  for (Live& l : *live) canSleep = l.entry->arm() && canSleep;
+  if (canSleep) {
+    fds->clear();
+    fds->push_back(pollfd{eventFd_, POLLIN, 0});
+    bool tick = !bell.available() || live->size() > Doorbell::kMaxWords;
+    for (Live& l : *live) tick = !l.entry->pollFds(fds) || tick;
+    if (poll(fds->data(), fds->size(), tick ? kTickMs : -1) < 0 && errno != EINTR)
+      SN_WARN("NET : proxy poll failed: %s", strerror(errno));
+  }
+  for (Live& l : *live) l.entry->disarm();
+  uint64_t drained = 0;
+  ssize_t k = read(eventFd_, &drained, sizeof drained);
+  (void)k;
+}
+
 void Proxy::run() {
   Doorbell bell(eventFd_);
   std::vector<Live> live;
   std::vector<pollfd> fds;
   for (;;) {
-    if (takeRequests(&live)) {
-      std::vector<std::atomic<uint32_t>*> words;
-      for (const Live& l : live) words.push_back(l.entry->wakeWord());
-      bell.setWords(std::move(words));
-    }
+    if (takeRequests(&live)) watch(live, bell);
     bool moved = false;
     for (Live& l : live) moved |= l.entry->progress();
-
-    // Released entries that are done with their ring: stop watching their words first
-    // (the ring is freed as soon as the releasing thread sees `detached`), then close.
-    std::vector<std::unique_ptr<ProxyEntry>> gone;
-    for (Live& l : live)
-      if (l.detached != nullptr && l.entry->detachReady()) gone.push_back(std::move(l.entry));
-    if (!gone.empty()) {
-      std::vector<bool*> flags;
-      for (Live& l : live)
-        if (l.entry == nullptr) flags.push_back(l.detached);
-      live.erase(std::remove_if(live.begin(), live.end(), [](const Live& l) { return l.entry == nullptr; }),
-                 live.end());
-      std::vector<std::atomic<uint32_t>*> words;
-      for (const Live& l : live) words.push_back(l.entry->wakeWord());
-      bell.setWords(std::move(words));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (bool* f : flags) *f = true;
-      }
-      cv_.notify_all();
-      for (auto& e : gone) e->closeNet();
-      gone.clear();
-      moved = true;
-    }
-
+    moved |= detachReleased(&live, bell);
     if (live.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (adds_.empty() && releases_.empty()) {
-        running_ = false;
+        running_ = false;  // add() starts a new thread from here on
         return;
       }
       continue;
     }
-    if (moved) continue;
-
-    // Nothing moved: arm every ring, re-check, and sleep until a socket, the doorbell, an
-    // add/release, or (for entries that need it) the tick.
-    bool canSleep = true;
-    for (Live& l : live) canSleep = l.entry->arm() && canSleep;
-    if (canSleep) {
-      fds.clear();
-      fds.push_back(pollfd{eventFd_, POLLIN, 0});
-      bool tick = !bell.available() || live.size() > Doorbell::kMaxWords;
-      for (Live& l : live) tick = !l.entry->pollFds(&fds) || tick;
-      if (poll(fds.data(), fds.size(), tick ? kTickMs : -1) < 0 && errno != EINTR)
-        SN_WARN("NET : proxy poll failed: %s", strerror(errno));
-    }
-    for (Live& l : live) l.entry->disarm();
-    uint64_t drained = 0;
-    ssize_t k = read(eventFd_, &drained, sizeof drained);
-    (void)k;
+    // No spinning before sleeping: measured on 2 oversubscribed cores, even 20 yields per
+    // idle pass cost more (stolen time slices) than the wake-ups they save.
+    if (!moved) sleepIdle(&live, bell, &fds);
   }
 }
 

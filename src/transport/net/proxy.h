@@ -22,6 +22,8 @@
 
 namespace snccl::net {
 
+class Doorbell;
+
 // One ring <-> comm link, driven only by the proxy thread (after add()).
 class ProxyEntry {
  public:
@@ -58,20 +60,23 @@ class Proxy {
   Proxy();
   ~Proxy();
 
- private:
-  struct Closing {
-    ProxyEntry* entry;
-    bool* detached;  // the releasing thread's flag, set under mu_
-  };
+  // An entry as the proxy thread holds it (public for the helpers in proxy.cc).
   struct Live {
     std::unique_ptr<ProxyEntry> entry;
     bool* detached = nullptr;  // non-null once release() asked for it
   };
 
+ private:
+  struct Closing {
+    ProxyEntry* entry;
+    bool* detached;  // the releasing thread's flag, set under mu_
+  };
+
   void run();
   bool takeRequests(std::vector<Live>* live);
-  bool progressAll(std::vector<Live>* live);
-  void sleep(std::vector<Live>* live);
+  // Closes released entries that no longer need their ring; true when any went.
+  bool detachReleased(std::vector<Live>* live, Doorbell& bell);
+  void sleepIdle(std::vector<Live>* live, const Doorbell& bell, std::vector<pollfd>* fds);
   void ring();
 
   int eventFd_ = -1;

@@ -1,0 +1,193 @@
+// The proxy thread and its doorbell, with fake entries: an executor-style bump wakes a
+// sleeping proxy every time (no lost wake-ups), release() waits until the entry lets go
+// of its ring, the thread ends with the last entry and comes back with the next, and an
+// idle proxy does not spin.
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "common/wait.h"
+#include "support/harness.h"
+#include "transport/net/doorbell.h"
+#include "transport/net/proxy.h"
+
+namespace snccl::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int threadCount() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n;
+}
+
+template <class F>
+bool eventually(F pred, int ms = 5000) {
+  auto end = Clock::now() + std::chrono::milliseconds(ms);
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return pred();
+}
+
+// Shared state the test keeps after the proxy deleted the entry.
+struct Probe {
+  std::atomic<uint32_t> word{0};      // the "ring" word an executor bumps
+  std::atomic<uint32_t> sleeping{0};  // set by arm(), as a ring's sleeping flag
+  std::atomic<int> work{0};           // pending units of work
+  std::atomic<int> handled{0};
+  std::atomic<long> passes{0};
+  std::atomic<bool> flushed{true};
+  std::atomic<bool> closed{false};
+};
+
+class FakeEntry : public ProxyEntry {
+ public:
+  explicit FakeEntry(Probe* p) : p_(p) {}
+  bool progress() override {
+    p_->passes++;
+    int w = p_->work.exchange(0);
+    p_->handled += w;
+    return w > 0;
+  }
+  bool pollFds(std::vector<pollfd>*) override { return true; }
+  std::atomic<uint32_t>* wakeWord() override { return &p_->word; }
+  bool arm() override {
+    p_->sleeping.store(1, std::memory_order_seq_cst);
+    return p_->work.load(std::memory_order_seq_cst) == 0;
+  }
+  void disarm() override { p_->sleeping.store(0); }
+  bool detachReady() override { return p_->flushed.load(); }
+  void closeNet() override { p_->closed = true; }
+
+ private:
+  Probe* p_;
+};
+
+// What Connection::post does: publish, then bump and wake if the other end sleeps.
+void post(Probe& p) {
+  p.work.fetch_add(1, std::memory_order_seq_cst);
+  if (p.sleeping.load(std::memory_order_seq_cst)) {
+    p.word.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(&p.word);
+  }
+}
+
+TEST(Doorbell, RingsForEveryBumpEvenWhileBusy) {
+  int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  {
+    Doorbell bell(efd);
+    if (!bell.available()) GTEST_SKIP() << "futex_waitv unavailable (Linux < 5.16): the proxy uses a timer";
+    std::atomic<uint32_t> w{0};
+    bell.setWords({&w});
+    for (int i = 0; i < 500; ++i) {
+      w.fetch_add(1);
+      futexWakeAll(&w);
+      if (i % 3 == 0) {  // a second bump right away: lands while the thread is ringing
+        w.fetch_add(1);
+        futexWakeAll(&w);
+      }
+      pollfd p{efd, POLLIN, 0};
+      ASSERT_EQ(poll(&p, 1, 5000), 1) << "bump " << i << " did not ring";
+      uint64_t v;
+      ASSERT_EQ(read(efd, &v, sizeof v), ssize_t(sizeof v));
+    }
+    bell.setWords({});
+    w.fetch_add(1);
+    futexWakeAll(&w);
+    pollfd p{efd, POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 100), 0) << "a word no longer watched still rang";
+  }
+  close(efd);
+}
+
+ProxyEntry* addFake(Probe* p) {
+  auto e = std::make_unique<FakeEntry>(p);
+  ProxyEntry* raw = e.get();
+  Proxy::instance().add(std::move(e));
+  return raw;
+}
+
+TEST(Proxy, SleepingProxyWakesForEveryPost) {
+  sntest::Watchdog dog(120, "SleepingProxyWakesForEveryPost");
+  Probe p;
+  ProxyEntry* e = addFake(&p);
+  for (int i = 1; i <= 300; ++i) {
+    // Let it fall asleep (armed), then post like an executor.
+    ASSERT_TRUE(eventually([&] { return p.sleeping.load() == 1; })) << "proxy never slept";
+    if (i % 2) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    post(p);
+    ASSERT_TRUE(eventually([&] { return p.handled.load() == i; })) << "post " << i << " was not noticed";
+  }
+  Proxy::instance().release(e);
+  // The ring is free once release() returns; the net side closes right after.
+  EXPECT_TRUE(eventually([&] { return p.closed.load(); }));
+}
+
+TEST(Proxy, IdleProxyDoesNotSpin) {
+  Probe p;
+  ProxyEntry* e = addFake(&p);
+  ASSERT_TRUE(eventually([&] { return p.sleeping.load() == 1; }));
+  long before = p.passes.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Each pass is a wake-up; an idle proxy sleeps in poll() with no timer.
+  EXPECT_LT(p.passes.load() - before, 5);
+  Proxy::instance().release(e);
+}
+
+TEST(Proxy, ReleaseWaitsUntilTheEntryLetsGoOfItsRing) {
+  sntest::Watchdog dog(60, "ReleaseWaitsUntilTheEntryLetsGoOfItsRing");
+  Probe p;
+  p.flushed = false;  // e.g. messages still to send
+  ProxyEntry* e = addFake(&p);
+  std::atomic<bool> released{false};
+  std::thread t([&] {
+    Proxy::instance().release(e);
+    released = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(released.load()) << "release returned while the entry still needed its ring";
+  EXPECT_FALSE(p.closed.load());
+  p.flushed = true;
+  post(p);  // any wake-up lets the proxy look again
+  t.join();
+  EXPECT_TRUE(released.load());
+  EXPECT_TRUE(eventually([&] { return p.closed.load(); }));
+}
+
+TEST(Proxy, ThreadEndsWithTheLastEntryAndRestarts) {
+  sntest::Watchdog dog(60, "ThreadEndsWithTheLastEntryAndRestarts");
+  // This thread and the watchdog's; earlier tests' proxies have ended.
+  ASSERT_TRUE(eventually([&] { return threadCount() == 2; })) << threadCount() << " threads before the test";
+  const int base = threadCount();
+  for (int round = 0; round < 3; ++round) {
+    Probe a, b;
+    ProxyEntry* ea = addFake(&a);
+    ProxyEntry* eb = addFake(&b);
+    // The proxy and (where futex_waitv exists) its doorbell.
+    EXPECT_TRUE(eventually([&] { return threadCount() > base; }));
+    post(a);
+    post(b);
+    EXPECT_TRUE(eventually([&] { return a.handled.load() == 1 && b.handled.load() == 1; }));
+    Proxy::instance().release(ea);
+    EXPECT_GT(threadCount(), base) << "stopped while an entry was left";
+    Proxy::instance().release(eb);
+    EXPECT_TRUE(eventually([&] { return threadCount() == base; })) << "proxy still running without entries";
+  }
+}
+
+}  // namespace
+}  // namespace snccl::net
