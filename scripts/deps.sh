@@ -26,11 +26,11 @@ install_deps() {
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${REQUIRED[@]}" >/dev/null
 }
 
-# configure DIR [cmake options...]: configures ROOT/DIR once (later runs reuse it).
+# configure DIR [cmake options...]: (re)configures ROOT/DIR, so the test list is current.
 configure() {
   local dir=$ROOT/$1
   shift
-  [[ -f $dir/build.ninja ]] || cmake -S "$ROOT" -B "$dir" -G Ninja "$@"
+  cmake -S "$ROOT" -B "$dir" -G Ninja "$@"
 }
 
 # build DIR [targets...]: builds ROOT/DIR (default: everything); keeps going past a failed
