@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -85,7 +86,7 @@ class Checker {
     for (size_t i = 0; i < count; ++i) in[i] = rank_ * 100000 + int32_t(i % 99991);
     const int32_t* src = in.data();
     if (inPlace) {
-      std::memcpy(out.data() + size_t(rank_) * count, in.data(), count * sizeof(int32_t));
+      std::copy(in.begin(), in.end(), out.begin() + long(size_t(rank_) * count));
       src = out.data() + size_t(rank_) * count;
     }
     if (!ok(ncclAllGather(src, out.data(), count, ncclInt32, comm_, nullptr), "allgather", count)) return false;

@@ -46,6 +46,7 @@ struct Shared {
   ncclUniqueId id;
   int idState;     // 0 pending, 1 ready, 2 failed
   int go;          // set by the parent for tests that inject a fault while ranks run
+  int initDone;    // ranks whose ncclCommInitRank returned (either way)
   RankReport r[kMaxRanks];
 };
 
@@ -102,6 +103,7 @@ inline bool joinNetns(const std::string& name) {
   }
   ncclComm_t comm = nullptr;
   ncclResult_t res = ncclCommInitRank(&comm, c.nranks, sh->id, rank);
+  __atomic_add_fetch(&sh->initDone, 1, __ATOMIC_ACQ_REL);
   if (res != ncclSuccess) {
     report(sh, rank, res, std::string("ncclCommInitRank: ") + ncclGetLastError(nullptr));
     _exit(2);
@@ -113,6 +115,12 @@ inline bool joinNetns(const std::string& name) {
   } else if (ncclCommDestroy(comm) != ncclSuccess) {
     report(sh, rank, -1, std::string("ncclCommDestroy: ") + ncclGetLastError(nullptr));
     ok = false;
+  }
+  // Rank 0 hosts the bootstrap root: it stays until every rank is through init, so a
+  // rank that fails fast does not turn a slow peer's init into a different failure.
+  if (rank == 0) {
+    double deadline = nowSec() + 60;
+    while (__atomic_load_n(&sh->initDone, __ATOMIC_ACQUIRE) < c.nranks && nowSec() < deadline) usleep(1000);
   }
   std::fflush(stdout);
   std::fflush(stderr);
@@ -154,6 +162,20 @@ inline Outcome runCluster(const Cluster& c, const Body& body, const Supervise& s
   std::vector<pid_t> pids;
   pids.reserve(size_t(c.nranks));
   std::string what = std::to_string(c.nranks) + " ranks, " + std::to_string(c.ranksPerNode) + " per node";
+  pid_t parent = getpid();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Fork before the watchdog thread exists: a child forked while another thread holds an
+  // allocator lock (sanitizer allocators have no fork handlers) would deadlock in malloc.
+  for (int r = 0; r < c.nranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) rankMain(c, r, sh, body, parent);
+    if (pid < 0) {
+      ADD_FAILURE() << "fork failed";
+      break;
+    }
+    pids.push_back(pid);
+  }
   sntest::Watchdog dog(c.timeoutSec, what, [&] {
     std::fprintf(stderr, "WATCHDOG: ranks still running:");
     for (size_t r = 0; r < pids.size(); ++r) {
@@ -165,18 +187,6 @@ inline Outcome runCluster(const Cluster& c, const Body& body, const Supervise& s
     for (pid_t p : pids) kill(p, SIGKILL);
     if (onHang) onHang();
   });
-  pid_t parent = getpid();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  for (int r = 0; r < c.nranks; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) rankMain(c, r, sh, body, parent);
-    if (pid < 0) {
-      ADD_FAILURE() << "fork failed";
-      break;
-    }
-    pids.push_back(pid);
-  }
   if (supervise) supervise(sh, pids);
   out.status.assign(pids.size(), -1);
   for (size_t r = 0; r < pids.size(); ++r) waitpid(pids[r], &out.status[r], 0);

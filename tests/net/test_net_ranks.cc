@@ -190,6 +190,9 @@ TEST(NetRanks, KilledPeerGivesErrorsNotHangs) {
     EXPECT_EQ(o.reports[r].code, ncclRemoteError) << o.describe();
     // Well before SNCCL_TIMEOUT (30 s): the lost connection itself is the signal.
     EXPECT_LT(o.reports[r].tEnd - tKill, 15.0) << o.describe();
+    // Whoever the survivor waited for, the root cause travels with the poison (across
+    // nodes in ABORT frames): the dead rank is named.
+    EXPECT_NE(std::string(o.reports[r].msg).find("rank 2"), std::string::npos) << o.describe();
   }
 }
 

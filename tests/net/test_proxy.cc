@@ -114,6 +114,13 @@ TEST(Doorbell, RingsForEveryBumpEvenWhileBusy) {
   close(efd);
 }
 
+// release() returns once the ring is free; closeNet (which touches the probe) follows on
+// the proxy thread, so wait for it before the probe goes away.
+void releaseAndWait(ProxyEntry* e, Probe& p) {
+  Proxy::instance().release(e);
+  ASSERT_TRUE(eventually([&] { return p.closed.load(); })) << "closeNet never ran";
+}
+
 ProxyEntry* addFake(Probe* p) {
   auto e = std::make_unique<FakeEntry>(p);
   ProxyEntry* raw = e.get();
@@ -132,9 +139,7 @@ TEST(Proxy, SleepingProxyWakesForEveryPost) {
     post(p);
     ASSERT_TRUE(eventually([&] { return p.handled.load() == i; })) << "post " << i << " was not noticed";
   }
-  Proxy::instance().release(e);
-  // The ring is free once release() returns; the net side closes right after.
-  EXPECT_TRUE(eventually([&] { return p.closed.load(); }));
+  releaseAndWait(e, p);
 }
 
 TEST(Proxy, IdleProxyDoesNotSpin) {
@@ -145,7 +150,7 @@ TEST(Proxy, IdleProxyDoesNotSpin) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   // Each pass is a wake-up; an idle proxy sleeps in poll() with no timer.
   EXPECT_LT(p.passes.load() - before, 5);
-  Proxy::instance().release(e);
+  releaseAndWait(e, p);
 }
 
 TEST(Proxy, ReleaseWaitsUntilTheEntryLetsGoOfItsRing) {
@@ -182,9 +187,9 @@ TEST(Proxy, ThreadEndsWithTheLastEntryAndRestarts) {
     post(a);
     post(b);
     EXPECT_TRUE(eventually([&] { return a.handled.load() == 1 && b.handled.load() == 1; }));
-    Proxy::instance().release(ea);
+    releaseAndWait(ea, a);
     EXPECT_GT(threadCount(), base) << "stopped while an entry was left";
-    Proxy::instance().release(eb);
+    releaseAndWait(eb, b);
     EXPECT_TRUE(eventually([&] { return threadCount() == base; })) << "proxy still running without entries";
   }
 }

@@ -417,12 +417,16 @@ TEST(SocketNet, AbortReachesThePeerWithItsCode) {
   ASSERT_TRUE(p.send && p.recv);
   std::vector<char> dst(100);
   Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
-  ASSERT_TRUE(net->closeSend(p.send, ncclSystemError).ok());
+  // The code in the low byte, the caller's bits above it (snccl: the failing rank + 1).
+  const uint32_t word = uint32_t(ncclSystemError) | (6u << 8);
+  EXPECT_EQ(net->peerAbortCode(p.recv), 0u);
+  ASSERT_TRUE(net->closeSend(p.send, word).ok());
   p.send = nullptr;
   Status s = waitReq(net, rr, nullptr, nullptr, {}, 10);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("reported a failure"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(resultName(ncclSystemError)), std::string::npos) << s.message();
+  EXPECT_EQ(net->peerAbortCode(p.recv), word) << "the abort word must reach the peer unchanged";
   closePair(net, p);
 }
 
@@ -430,7 +434,6 @@ TEST(SocketNet, AbortReachesThePeerWithItsCode) {
 // error naming the lost connection, promptly, not a hang.
 TEST(SocketNet, PeerDeathIsAnErrorNotAHang) {
   Net* net = loopNet();
-  sntest::Watchdog dog(60, "PeerDeathIsAnErrorNotAHang");
   Handle h{};
   ListenComm* l = nullptr;
   ASSERT_TRUE(net->listen(0, &h, &l).ok());
@@ -447,6 +450,8 @@ TEST(SocketNet, PeerDeathIsAnErrorNotAHang) {
     if (!waitReq(net, r).ok()) _exit(4);
     raise(SIGKILL);  // dies with receives of its peer's later messages never posted
   }
+  // Only now a watchdog thread: no other thread may exist while forking.
+  sntest::Watchdog dog(60, "PeerDeathIsAnErrorNotAHang", [child] { kill(child, SIGKILL); });
   ASSERT_TRUE(net->closeListen(l).ok());
   SendComm* sc = nullptr;
   auto deadline = Clock::now() + std::chrono::seconds(20);

@@ -112,9 +112,13 @@ class Net {
   virtual bool pollFds(const Comm* comm, std::vector<pollfd>* fds) const = 0;
 
   // Closing sends a best-effort goodbye so the peer can tell a clean close from a loss.
-  // abortCode != 0 (an ncclResult_t) tells the peer this end failed instead.
-  virtual Status closeSend(SendComm* comm, int abortCode) = 0;
-  virtual Status closeRecv(RecvComm* comm, int abortCode) = 0;
+  // abortCode != 0 tells the peer this end failed instead: an ncclResult_t in the low 8
+  // bits; the bits above are the caller's (snccl: 1 + the rank where the failure
+  // started) and reach the peer unchanged, so a failure cascades with its root cause.
+  virtual Status closeSend(SendComm* comm, uint32_t abortCode) = 0;
+  virtual Status closeRecv(RecvComm* comm, uint32_t abortCode) = 0;
+  // The abortCode the peer closed with (0: none, or not known yet).
+  virtual uint32_t peerAbortCode(const Comm* comm) const = 0;
   virtual Status closeListen(ListenComm* comm) = 0;
 };
 

@@ -8,8 +8,7 @@ namespace snccl::net {
 
 using Clock = std::chrono::steady_clock;
 
-NetEntry::NetEntry(Net* net, RingView ring, std::string what, int timeoutSec)
-    : net_(net), ring_(ring), what_(std::move(what)), timeoutSec_(timeoutSec) {}
+NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info) : net_(net), ring_(ring), info_(std::move(info)) {}
 
 bool NetEntry::pollFds(std::vector<pollfd>* fds) {
   if (state_ == State::kFailed) return true;
@@ -35,27 +34,38 @@ void NetEntry::publish(std::atomic<uint64_t>& counter, uint64_t value, std::atom
 
 bool NetEntry::handleLocalPoison() {
   if (state_ == State::kFailed) return false;
-  uint32_t code = ring_.ctrl->poison.load(std::memory_order_acquire);
-  if (code == 0) return false;
+  uint32_t word = ring_.ctrl->poison.load(std::memory_order_acquire);
+  if (word == 0) return false;
   SN_INFO(log::kNet, "NET : %s: the communicator failed or was aborted (%s); telling the peer",
-          what_.c_str(), resultName(int(code)));
+          info_.what.c_str(), resultName(poisonCode(word)));
   state_ = State::kFailed;
-  abortCode_ = int(code);
+  abortCode_ = word;  // the peer poisons its end with the same word: same root cause
   inflight_.clear();
   closeComm(abortCode_);
   return true;
 }
 
 void NetEntry::fail(const Status& s) {
-  SN_INFO(log::kNet, "NET : %s: connection failed: %s", what_.c_str(), s.message().c_str());
+  // Established connections were reported by the net layer when they broke (it knows a
+  // loss from a goodbye); a connection that never came up is news only here.
+  if (state_ == State::kSetup) {
+    SN_WARN("NET : %s: connection setup failed: %s", info_.what.c_str(), s.message().c_str());
+  } else {
+    SN_INFO(log::kNet, "NET : %s: connection failed: %s", info_.what.c_str(), s.message().c_str());
+  }
   state_ = State::kFailed;
   inflight_.clear();
-  abortCode_ = int(s.code() == ncclSuccess ? ncclInternalError : s.code());
+  // A peer that aborted sent its poison word (naming where the failure started); a lost
+  // peer is itself the origin.
+  Comm* c = comm();
+  uint32_t word = c != nullptr ? net_->peerAbortCode(c) : 0;
+  if (word == 0) word = encodePoison(s.code() == ncclSuccess ? ncclInternalError : s.code(), info_.peer);
+  abortCode_ = word;
   closeComm(abortCode_);
   if (ringDrained()) {
-    poisonRing(uint32_t(abortCode_));
+    poisonRing(word);
   } else {
-    deferredPoison_ = uint32_t(abortCode_);
+    deferredPoison_ = word;
   }
 }
 
@@ -81,13 +91,13 @@ void NetEntry::setActive() {
   state_ = State::kActive;
   Properties p;
   std::string dev = net_->getProperties(0, &p).ok() ? p.name : "?";
-  SN_INFO(log::kNet, "NET : %s: connected via NET/%s/0 (%s)", what_.c_str(), net_->name(), dev.c_str());
+  SN_INFO(log::kNet, "NET : %s: connected via NET/%s/0 (%s)", info_.what.c_str(), net_->name(), dev.c_str());
 }
 
 // ---- Sender ------------------------------------------------------------------------
 
-SendEntry::SendEntry(Net* net, RingView ring, const Handle& handle, std::string what, int timeoutSec)
-    : NetEntry(net, ring, std::move(what), timeoutSec), handle_(handle) {}
+SendEntry::SendEntry(Net* net, RingView ring, const Handle& handle, EntryInfo info)
+    : NetEntry(net, ring, std::move(info)), handle_(handle) {}
 
 bool SendEntry::progress() {
   if (state_ == State::kFailed) return false;
@@ -145,7 +155,7 @@ bool SendEntry::arm() {
 bool SendEntry::detachReady() {
   if (!closing_) {
     closing_ = true;
-    closeDeadline_ = timeoutSec_ > 0 ? Clock::now() + std::chrono::seconds(timeoutSec_) : Clock::time_point::max();
+    closeDeadline_ = info_.timeoutSec > 0 ? Clock::now() + std::chrono::seconds(info_.timeoutSec) : Clock::time_point::max();
   }
   if (state_ == State::kFailed) return true;
   // Messages the executor posted must leave before the ring is freed: a destroyed
@@ -153,16 +163,16 @@ bool SendEntry::detachReady() {
   uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
   if (posted_ == tail && inflight_.empty()) return true;
   if (Clock::now() < closeDeadline_) return false;
-  SN_WARN("NET : %s: closing with %llu message(s) undelivered after %d s (SNCCL_TIMEOUT)", what_.c_str(),
-          (unsigned long long)(tail - done_), timeoutSec_);
-  abortCode_ = ncclRemoteError;
+  SN_WARN("NET : %s: closing with %llu message(s) undelivered after %d s (SNCCL_TIMEOUT)", info_.what.c_str(),
+          (unsigned long long)(tail - done_), info_.timeoutSec);
+  abortCode_ = encodePoison(ncclRemoteError, info_.rank);
   return true;
 }
 
-void SendEntry::closeComm(int abortCode) {
+void SendEntry::closeComm(uint32_t abortCode) {
   if (comm_ != nullptr) {
     Status s = net_->closeSend(comm_, abortCode);
-    if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", what_.c_str(), s.message().c_str());
+    if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", info_.what.c_str(), s.message().c_str());
     comm_ = nullptr;
   } else {
     net_->cancelConnect(&handle_);
@@ -171,8 +181,8 @@ void SendEntry::closeComm(int abortCode) {
 
 // ---- Receiver ----------------------------------------------------------------------
 
-RecvEntry::RecvEntry(Net* net, RingView ring, ListenComm* listen, std::string what, int timeoutSec)
-    : NetEntry(net, ring, std::move(what), timeoutSec), listen_(listen) {}
+RecvEntry::RecvEntry(Net* net, RingView ring, ListenComm* listen, EntryInfo info)
+    : NetEntry(net, ring, std::move(info)), listen_(listen) {}
 
 bool RecvEntry::progress() {
   if (state_ == State::kFailed) return settleDeferredPoison();
@@ -233,14 +243,14 @@ bool RecvEntry::arm() {
   return state_ != State::kActive || ring_.ctrl->head.load(std::memory_order_seq_cst) == seen_;
 }
 
-void RecvEntry::closeComm(int abortCode) {
+void RecvEntry::closeComm(uint32_t abortCode) {
   if (listen_ != nullptr) {
     (void)net_->closeListen(listen_);
     listen_ = nullptr;
   }
   if (comm_ != nullptr) {
     Status s = net_->closeRecv(comm_, abortCode);
-    if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", what_.c_str(), s.message().c_str());
+    if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", info_.what.c_str(), s.message().c_str());
     comm_ = nullptr;
   }
 }

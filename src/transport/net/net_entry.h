@@ -25,6 +25,14 @@
 
 namespace snccl::net {
 
+// Who the entry connects, for messages and for the poison word's origin rank.
+struct EntryInfo {
+  std::string what;  // "rank 0 -> rank 3 (comm 1a2b...)"
+  int rank;
+  int peer;
+  int timeoutSec;  // SNCCL_TIMEOUT (0: none)
+};
+
 struct RingView {
   ConnCtrl* ctrl;
   char* slots;
@@ -40,12 +48,12 @@ class NetEntry : public ProxyEntry {
 
  protected:
   enum class State { kSetup, kActive, kFailed };
-  NetEntry(Net* net, RingView ring, std::string what, int timeoutSec);
+  NetEntry(Net* net, RingView ring, EntryInfo info);
 
   // The comm the entry talks through (null while setting up or after failing).
   virtual Comm* comm() const = 0;
   virtual Comm* setupComm() const = 0;  // what to poll during setup (null: a timer)
-  virtual void closeComm(int abortCode) = 0;
+  virtual void closeComm(uint32_t abortCode) = 0;
 
   // True when the executor poisoned the ring; closes the comm with an ABORT.
   bool handleLocalPoison();
@@ -65,10 +73,9 @@ class NetEntry : public ProxyEntry {
 
   Net* net_;
   RingView ring_;
-  std::string what_;  // "rank 0 -> rank 3 (comm 1a2b...)"
-  int timeoutSec_;
+  EntryInfo info_;
   State state_ = State::kSetup;
-  int abortCode_ = 0;
+  uint32_t abortCode_ = 0;  // a poison word (connection.h), sent to the peer on close
   uint32_t deferredPoison_ = 0;
   std::deque<Request*> inflight_;  // oldest first; they complete in this order
   uint64_t posted_ = 0;            // messages handed to the net
@@ -80,7 +87,7 @@ class NetEntry : public ProxyEntry {
 
 class SendEntry : public NetEntry {
  public:
-  SendEntry(Net* net, RingView ring, const Handle& handle, std::string what, int timeoutSec);
+  SendEntry(Net* net, RingView ring, const Handle& handle, EntryInfo info);
   bool progress() override;
   std::atomic<uint32_t>* wakeWord() override { return &ring_.ctrl->tailSeq; }
   bool arm() override;
@@ -90,7 +97,7 @@ class SendEntry : public NetEntry {
  protected:
   Comm* comm() const override { return comm_; }
   Comm* setupComm() const override { return nullptr; }
-  void closeComm(int abortCode) override;
+  void closeComm(uint32_t abortCode) override;
 
  private:
   Handle handle_;
@@ -99,7 +106,7 @@ class SendEntry : public NetEntry {
 
 class RecvEntry : public NetEntry {
  public:
-  RecvEntry(Net* net, RingView ring, ListenComm* listen, std::string what, int timeoutSec);
+  RecvEntry(Net* net, RingView ring, ListenComm* listen, EntryInfo info);
   bool progress() override;
   std::atomic<uint32_t>* wakeWord() override { return &ring_.ctrl->headSeq; }
   bool arm() override;
@@ -109,7 +116,7 @@ class RecvEntry : public NetEntry {
  protected:
   Comm* comm() const override { return comm_; }
   Comm* setupComm() const override { return listen_; }
-  void closeComm(int abortCode) override;
+  void closeComm(uint32_t abortCode) override;
   bool ringDrained() const override {
     return ring_.ctrl->head.load(std::memory_order_acquire) >= done_;
   }

@@ -62,9 +62,10 @@ Result<net::Net*> netFor(const ConnRequest& req) {
 
 int timeoutSec() { return int(std::max<int64_t>(0, params::getInt(params::Id::Timeout))); }
 
-std::string describe(const ConnRequest& req, bool send) {
-  return format("rank %d %s rank %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer,
-                (unsigned long long)req.commHash);
+net::EntryInfo entryInfo(const ConnRequest& req, bool send) {
+  return {format("rank %d %s rank %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer,
+                 (unsigned long long)req.commHash),
+          req.rank, req.peer, timeoutSec()};
 }
 
 // Different processes: local and shm come first in the table, so this is reached for
@@ -91,7 +92,7 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   blob->words[1] = req.slotBytes;
   std::memcpy(blob->name, handle.bytes, sizeof blob->name);
   net::RingView view{ring->ctrl(), ring->slots(), req.nsteps, req.slotBytes};
-  auto entry = std::make_unique<net::RecvEntry>(n, view, listen, describe(req, false), timeoutSec());
+  auto entry = std::make_unique<net::RecvEntry>(n, view, listen, entryInfo(req, false));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
   SN_INFO(log::kNet, "Channel 00/0 : %d[%d] -> %d[%d] [receive] via NET/%s/0", req.peer, req.remote->cudaDev,
@@ -112,7 +113,7 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   net::Handle handle{};
   std::memcpy(handle.bytes, blob.name, sizeof blob.name);
   net::RingView view{ring->ctrl(), ring->slots(), req.nsteps, req.slotBytes};
-  auto entry = std::make_unique<net::SendEntry>(n, view, handle, describe(req, true), timeoutSec());
+  auto entry = std::make_unique<net::SendEntry>(n, view, handle, entryInfo(req, true));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
   SN_INFO(log::kNet, "Channel 00/0 : %d[%d] -> %d[%d] [send] via NET/%s/0", req.rank, req.self->cudaDev, req.peer,

@@ -267,8 +267,9 @@ Status Conn::handleFrame(const Frame& f, const char* payload) {
       }
       return OkStatus();
     case sockwire::kAbort:
+      peerAbort_ = uint32_t(f.imm);
       return fail(RemoteError("%s reported a failure (%s) and closed the connection",
-                              ctrl_.peer().toString().c_str(), resultName(int(f.imm))));
+                              ctrl_.peer().toString().c_str(), resultName(int(f.imm & 0xff))));
     default:
       return fail(InternalError("protocol error: unknown frame type %u from %s", f.type,
                                 ctrl_.peer().toString().c_str()));
@@ -326,7 +327,7 @@ void Conn::pollFds(std::vector<pollfd>* fds) const {
     if (!st.tasks.empty()) fds->push_back(pollfd{st.sock.fd(), short(sender_ ? POLLOUT : POLLIN), 0});
 }
 
-void Conn::close(int abortCode, int lingerMs) {
+void Conn::close(uint32_t abortCode, int lingerMs) {
   if (abortCode != 0 || !error_.ok()) {
     if (error_.ok()) {
       queueFrame(Frame{sockwire::kAbort, 0, 0, uint64_t(abortCode)}, nullptr, 0);

@@ -62,7 +62,8 @@ class Conn {
   // Clean close: BYE, then (sender) wait up to lingerMs for the peer's BYE or EOF so that
   // unread credits cannot turn the close into a reset that destroys queued frames.
   // abortCode != 0: ABORT with the code, best effort, no waiting.
-  void close(int abortCode, int lingerMs);
+  void close(uint32_t abortCode, int lingerMs);
+  uint32_t peerAbortCode() const { return peerAbort_; }
 
  private:
   struct Task {
@@ -108,6 +109,7 @@ class Conn {
   uint64_t flushed_ = 0;               // control bytes ever written
   int live_ = 0;                       // requests handed out and not yet completed
   bool wantCredit_ = false;            // the last isend found no credit
+  uint32_t peerAbort_ = 0;             // the code of the peer's ABORT frame
   Status error_;
   bool ctrlEof_ = false;
   bool peerBye_ = false;

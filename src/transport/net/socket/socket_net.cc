@@ -176,17 +176,22 @@ class SocketNet : public Net {
     return true;
   }
 
-  Status closeSend(SendComm* comm, int abortCode) override {
+  Status closeSend(SendComm* comm, uint32_t abortCode) override {
     auto* s = static_cast<SocketSend*>(comm);
     s->conn.close(abortCode, kLingerMs);
     delete s;
     return OkStatus();
   }
-  Status closeRecv(RecvComm* comm, int abortCode) override {
+  Status closeRecv(RecvComm* comm, uint32_t abortCode) override {
     auto* r = static_cast<SocketRecv*>(comm);
     r->conn.close(abortCode, kLingerMs);
     delete r;
     return OkStatus();
+  }
+  uint32_t peerAbortCode(const Comm* comm) const override {
+    if (auto* s = dynamic_cast<const SocketSend*>(comm)) return s->conn.peerAbortCode();
+    if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.peerAbortCode();
+    return 0;
   }
   Status closeListen(ListenComm* comm) override {
     delete static_cast<SocketListen*>(comm);
