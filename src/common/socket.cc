@@ -103,6 +103,12 @@ Waiter Waiter::capped(std::chrono::milliseconds limit) const {
   return w;
 }
 
+Waiter Waiter::extended(std::chrono::milliseconds grace) const {
+  Waiter w = *this;
+  if (w.deadline != Clock::time_point::max()) w.deadline += grace;
+  return w;
+}
+
 // ---- Address ------------------------------------------------------------------------
 
 Address::Address(const sockaddr* sa, socklen_t len) {

@@ -47,6 +47,8 @@ struct Waiter {
   int sliceMs(int maxMs = 100) const;
   // The same flags with a deadline that is no later than now + seconds.
   Waiter capped(std::chrono::milliseconds limit) const;
+  // The same flags with the deadline moved later by `grace` (no deadline stays none).
+  Waiter extended(std::chrono::milliseconds grace) const;
 };
 
 // A socket address (IPv4 or IPv6) held by value; no pointers, copyable.

@@ -38,6 +38,7 @@ using boot::Secret;
 constexpr uint32_t kTagAllGather = Bootstrap::kReservedTagBase + 1;
 constexpr uint32_t kTagBarrier = Bootstrap::kReservedTagBase + 2;
 constexpr uint32_t kTagSplit = Bootstrap::kReservedTagBase + 3;
+constexpr uint32_t kTagAbort = Bootstrap::kReservedTagBase + 4;  // empty: "I am aborting"
 // Small messages go out as one send() together with their header.
 constexpr size_t kCoalesceLimit = 64 * 1024;
 // Unidentified connections we keep polling; beyond this the oldest is dropped.
@@ -70,6 +71,10 @@ class TcpBootstrap final : public Bootstrap {
   Result<std::unique_ptr<Bootstrap>> split(std::span<const int> members, int childRank, uint64_t childHash,
                                            std::span<const std::byte> info,
                                            const std::atomic<bool>* abortFlag) override;
+  void setPeerWatch(PeerWatch gone) override {
+    std::lock_guard<std::mutex> g(mu_);
+    peerWatch_ = std::move(gone);
+  }
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
   uint64_t commHash() const override { return commHash_; }
@@ -79,6 +84,8 @@ class TcpBootstrap final : public Bootstrap {
   Status allGather(void* data, size_t size) override;
   Status barrier() override;
   void abort() override;
+  void notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget) override;
+  bool peerAborted(int peer) override;
 
  private:
   // A message being reassembled from a peer's stream (reader only). The reader never
@@ -129,10 +136,12 @@ class TcpBootstrap final : public Bootstrap {
   std::atomic<bool> aborted_{false};
 
   std::mutex mu_;
+  PeerWatch peerWatch_;  // under mu_
   std::condition_variable cv_;
   bool readerActive_ = false;                  // under mu_
   std::vector<sock::Socket> recvSocks_;        // written by the reader under mu_
   std::vector<std::string> recvClosed_;        // under mu_: why p's stream ended
+  std::vector<char> peerAborted_;              // under mu_: p sent kTagAbort
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<std::byte>>> inbox_;  // under mu_
   std::vector<sock::Socket> pending_;          // reader only
   std::vector<Incoming> partial_;              // reader only, per peer
@@ -142,7 +151,7 @@ class TcpBootstrap final : public Bootstrap {
 TcpBootstrap::TcpBootstrap(Config c)
     : rank_(c.rank), nranks_(c.nranks), commHash_(c.commHash), secret_(c.secret), addrs_(std::move(c.addrs)),
       infos_(std::move(c.infos)), infoSize_(c.infoSize), userAbort_(c.userAbort), allRanks_(c.nranks),
-      listener_(std::move(c.listener)), recvSocks_(c.nranks), recvClosed_(c.nranks),
+      listener_(std::move(c.listener)), recvSocks_(c.nranks), recvClosed_(c.nranks), peerAborted_(c.nranks),
       partial_(c.nranks) {
   std::iota(allRanks_.begin(), allRanks_.end(), 0);
   for (int p = 0; p < nranks_; ++p) send_.push_back(std::make_unique<SendSide>());
@@ -185,7 +194,28 @@ Status TcpBootstrap::deliver(int peer, uint32_t tag, std::vector<std::byte> msg)
 }
 
 Status TcpBootstrap::connectTo(int peer, SendSide& side, const sock::Waiter& w) {
-  Result<sock::Socket> r = sock::Socket::connect(addrs_[static_cast<size_t>(peer)], w);
+  // Connect in slices so that a peer that died (its listener gone, the connect retried
+  // until the deadline) is noticed through the peer watch.
+  Result<sock::Socket> r = InternalError("no connect attempt");
+  PeerWatch watch;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    watch = peerWatch_;
+  }
+  for (;;) {
+    r = sock::Socket::connect(addrs_[static_cast<size_t>(peer)], w.capped(std::chrono::seconds(1)));
+    if (r.ok() || w.expired() || w.aborted()) break;
+    pumpIfIdle();  // an abort notice from the peer arrives on our side of the streams
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (peerAborted_[static_cast<size_t>(peer)])
+        return RemoteError("rank %d: %s aborted its communicator before we could connect to it", rank_,
+                           peerName(peer).c_str());
+    }
+    if (std::string death = watch ? watch(peer) : std::string(); !death.empty())
+      return RemoteError("rank %d: %s %s before we could connect to it", rank_, peerName(peer).c_str(),
+                         death.c_str());
+  }
   if (!r.ok()) return Status(r.status()).addContext("connecting to " + peerName(peer));
   boot::Hello h = boot::makeHello(secret_, commHash_, rank_, ConnKind::kPeer);
   SNCCL_TRY(r->sendAll(&h, sizeof h, w, "the bootstrap hello"));
@@ -241,6 +271,9 @@ Status TcpBootstrap::takeMessage(int peer, uint32_t tag, void* data, size_t size
 
 Status TcpBootstrap::recvImpl(int peer, uint32_t tag, void* data, size_t size) {
   sock::Waiter w = waiter();
+  // The first check waits a moment: a message that is already on its way wins.
+  Clock::time_point nextWatch = Clock::now() + std::chrono::milliseconds(100);
+  int deathSeen = 0;
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     auto it = inbox_.find({peer, tag});
@@ -256,6 +289,16 @@ Status TcpBootstrap::recvImpl(int peer, uint32_t tag, void* data, size_t size) {
     if (!closed.empty())
       return RemoteError("rank %d: %s closed the bootstrap connection while we waited for tag %u (%s)", rank_,
                          peerName(peer).c_str(), tag, closed.c_str());
+    if (peerWatch_ && Clock::now() >= nextWatch) {
+      nextWatch = Clock::now() + std::chrono::milliseconds(100);
+      std::string death = peerWatch_(peer);
+      // Report a death only when seen twice, a pump apart: a peer may send its last
+      // message and exit normally, and that message must still be delivered.
+      deathSeen = death.empty() ? 0 : deathSeen + 1;
+      if (deathSeen >= 2)
+        return RemoteError("rank %d: %s %s while we waited for tag %u from it", rank_, peerName(peer).c_str(),
+                           death.c_str(), tag);
+    }
     if (w.expired())
       return RemoteError("rank %d: timed out after %d s waiting for tag %u from %s (%s)", rank_, w.timeoutSec, tag,
                          peerName(peer).c_str(),
@@ -383,6 +426,14 @@ void TcpBootstrap::readAvailable(int peer) {
       in.payload.resize(in.header.size);
     }
     if (in.headerGot == sizeof in.header && in.payloadGot == in.payload.size()) {
+      if (in.header.tag == kTagAbort) {
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          peerAborted_[static_cast<size_t>(peer)] = 1;
+        }
+        markClosed(peer, format("rank %d aborted its communicator", peer));
+        return;
+      }
       (void)deliver(peer, in.header.tag, std::move(in.payload));
       in = Incoming{};
     }
@@ -405,6 +456,36 @@ void TcpBootstrap::abort() {
   for (const auto& s : recvSocks_) s.shutdown();
   for (const auto& side : send_) side->sock.shutdown();
   cv_.notify_all();
+}
+
+void TcpBootstrap::notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget) {
+  auto end = Clock::now() + budget;
+  FrameHeader h{kTagAbort, 0, 0};
+  for (int peer : peers) {
+    if (peer == rank_ || peer < 0 || peer >= nranks_ || Clock::now() >= end) continue;
+    SendSide& side = *send_[static_cast<size_t>(peer)];
+    // A sender stuck on this stream holds the lock; abort() will release it instead.
+    std::unique_lock<std::mutex> g(side.mu, std::try_to_lock);
+    if (!g.owns_lock() || !side.broken.empty()) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    sock::Waiter w = sock::Waiter::after(1).capped(std::min(left, std::chrono::milliseconds(100)));
+    if (!side.sock.valid()) {
+      Result<sock::Socket> r = sock::Socket::connect(addrs_[static_cast<size_t>(peer)], w);
+      if (!r.ok()) continue;
+      boot::Hello hello = boot::makeHello(secret_, commHash_, rank_, ConnKind::kPeer);
+      if (!r->sendAll(&hello, sizeof hello, w, "the bootstrap hello").ok()) continue;
+      std::lock_guard<std::mutex> gm(mu_);
+      side.sock = std::move(*r);
+    }
+    if (!side.sock.sendAll(&h, sizeof h, w, "an abort notice").ok()) side.broken = "abort notice failed";
+  }
+}
+
+bool TcpBootstrap::peerAborted(int peer) {
+  if (peer < 0 || peer >= nranks_ || aborted_.load(std::memory_order_acquire)) return false;
+  pumpIfIdle();
+  std::lock_guard<std::mutex> g(mu_);
+  return peerAborted_[static_cast<size_t>(peer)] != 0;
 }
 
 // ---- Collectives --------------------------------------------------------------------

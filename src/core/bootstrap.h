@@ -17,8 +17,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -63,6 +65,14 @@ class Bootstrap {
                                                    uint64_t childHash, std::span<const std::byte> info,
                                                    const std::atomic<bool>* abortFlag) = 0;
 
+  // Tells the bootstrap how to notice that a peer died while this rank waits for its
+  // message: `gone(peer)` returns a description of the peer's death, or "" while it
+  // lives (or cannot be told). Called from recv about every 100 ms, on the waiting
+  // thread; it must stay valid for the bootstrap's life. Without it, a peer that dies
+  // before it ever connected to us is noticed only at the deadline.
+  using PeerWatch = std::function<std::string(int peer)>;
+  virtual void setPeerWatch(PeerWatch gone) = 0;
+
   virtual int rank() const = 0;
   virtual int nranks() const = 0;
   // 64-bit id shared by all ranks of this communicator, random per communicator.
@@ -82,6 +92,17 @@ class Bootstrap {
 
   // Makes every pending and future blocking call return an error soon; never blocks.
   virtual void abort() = 0;
+
+  // Before abort(): tells `peers` (best effort, at most about `budget` in all) that this
+  // rank is aborting, so a peer waiting for a message from us, or trying to connect to
+  // us, fails at once instead of at its deadline. Peers already connected to us learn it
+  // from the end of stream anyway; this reaches the ones that are not yet.
+  virtual void notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget) = 0;
+
+  // True once `peer`'s abort notice has arrived. Reads what is pending on the streams
+  // first (a poll, no blocking), so a rank blocked on a transport connection can call
+  // it now and then to learn that the peer it waits for will never come.
+  virtual bool peerAborted(int peer) = 0;
 };
 
 }  // namespace snccl

@@ -313,8 +313,12 @@ Result<RankTable> registerWithRoot(const IdLayout& id, int rank, int nranks, con
   Status st = s.sendAll(out.data(), out.size(), w, "our registration");
   if (!st.ok()) return st.addContext(ctx);
 
+  // The root started its clock no later than we did and knows which ranks are missing, so
+  // it should be the one to time out: its reply names them. We wait a grace period past
+  // our own deadline for that reply; a dead root still ends the wait at once (EOF).
   RootReply rep{};
-  st = s.recvAll(&rep, sizeof rep, w, "the rank table (waiting for all ranks to register)");
+  sock::Waiter replyWait = w.extended(std::chrono::seconds(std::clamp(w.timeoutSec / 4, 2, 30)));
+  st = s.recvAll(&rep, sizeof rep, replyWait, "the rank table (waiting for all ranks to register)");
   if (!st.ok()) return st.addContext(ctx);
   if (rep.code != ncclSuccess) {
     std::string msg(std::min<uint32_t>(rep.msgLen, 1 << 16), '\0');

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "common/params.h"
 #include "common/wait.h"
 #include "core/executor.h"
@@ -40,6 +41,16 @@ Status finishInit(ncclComm* comm) {
   }
   comm->localRanks = 0;
   for (const PeerInfo& p : comm->peers) comm->localRanks += p.hostHash == comm->peers[comm->rank].hostHash;
+  // Waits in connection setup (bootstrap recv) then notice a peer on this host that died
+  // before sending what we wait for, instead of sitting out SNCCL_TIMEOUT. The bootstrap
+  // is owned by the comm, so `comm` outlives the watch.
+  comm->bootstrap->setPeerWatch([comm](int peer) -> std::string {
+    const PeerInfo& p = comm->peers[peer];
+    pid_t pid = watchablePid(comm->peers[comm->rank], p);
+    if (pid == 0 || !processGone(pid)) return std::string();
+    comm->culprit.store(peer);
+    return format("(pid %d, host %s) exited", pid, p.hostname);
+  });
   SNCCL_TRY(planCommRing(comm));
   comm->sendConn.resize(comm->nranks);
   comm->recvConn.resize(comm->nranks);
@@ -107,6 +118,7 @@ PeerInfo makePeerInfo(int rank, int cudaDev) {
   info.hostHash = hostHash();
   info.processToken = processToken();
   info.pid = getpid();
+  info.pidNs = pidNamespaceId();
   info.cudaDev = cudaDev;
   info.numa = topo::currentNumaNode();
   gethostname(info.hostname, sizeof info.hostname - 1);
@@ -382,7 +394,19 @@ void commFree(ncclComm* comm) {
 
 void commAbort(ncclComm* comm) {
   comm->abortFlag.store(true);
-  if (comm->bootstrap) comm->bootstrap->abort();
+  if (comm->bootstrap) {
+    // Peers may be in connection setup with us (waiting for our blob, or connecting):
+    // tell them, ring neighbours first, within a short budget. NCCL's abort is purely
+    // local; ours stays local in effect but spares the peers their full timeout.
+    std::vector<int> order;
+    int n = comm->nranks;
+    for (int d = 1; d <= n / 2; ++d) {
+      order.push_back((comm->rank + d) % n);
+      if (n - d != d) order.push_back((comm->rank - d + n) % n);
+    }
+    comm->bootstrap->notifyAbort(order, std::chrono::milliseconds(500));
+    comm->bootstrap->abort();
+  }
   // Connections may be mid-creation in the init thread; poison only after it is gone.
   if (comm->initThread.joinable()) comm->initThread.join();
   commSetError(comm, RemoteError("rank %d aborted the communicator", comm->rank));

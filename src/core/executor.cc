@@ -10,6 +10,7 @@
 
 #include "collectives/kernels/reduce.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/wait.h"
 #include "core/signature.h"
 
@@ -187,9 +188,20 @@ Status CommRunner::checkBlocked() {
                          comm_->rank, peer, pi.pid, pi.hostname, cause.c_str(),
                          ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))));
     }
-    if (blockedConn_->peerPid() != 0 && now - lastLivenessCheckNs_ > kLivenessPeriodNs) {
+    if (now - lastLivenessCheckNs_ > kLivenessPeriodNs) {
       lastLivenessCheckNs_ = now;
-      if (kill(blockedConn_->peerPid(), 0) != 0 && errno == ESRCH) {
+      // A peer that aborted before it connected its end cannot poison this connection;
+      // its abort notice comes through the bootstrap.
+      if (comm_->bootstrap && comm_->bootstrap->peerAborted(peer)) {
+        comm_->culprit.store(peer);
+        return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator while this rank "
+                           "waited for %s it",
+                           op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
+                           blockedSender_ ? "a free slot (credit) from" : "data from");
+      }
+    }
+    if (blockedConn_->peerPid() != 0 && lastLivenessCheckNs_ == now) {
+      if (processGone(blockedConn_->peerPid())) {
         comm_->culprit.store(peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) exited while this rank waited for %s it",
                            op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,

@@ -78,4 +78,9 @@ uint64_t hostHash() {
   return hash;
 }
 
+int32_t watchablePid(const PeerInfo& self, const PeerInfo& peer) {
+  bool comparable = self.hostHash == peer.hostHash && self.pidNs != 0 && self.pidNs == peer.pidNs;
+  return comparable ? peer.pid : 0;
+}
+
 }  // namespace snccl

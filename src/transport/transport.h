@@ -26,6 +26,7 @@ struct PeerInfo {
   uint64_t processToken;  // random per process: equal tokens = same address space
   int32_t pid;
   int32_t cudaDev;
+  uint64_t pidNs;         // PID namespace (pidNamespaceId()): pids compare only within one
   int32_t numa;           // NUMA node the rank runs on (-1 unknown): input of the ring planner
   char hostname[64];
 };
@@ -65,5 +66,9 @@ const TransportDef* findTransport(const char* name);
 // Identity of this process and host, computed once.
 uint64_t processToken();
 uint64_t hostHash();  // SNCCL_HOSTID if set, else hostname + boot id
+
+// The pid under which this process can watch `peer` for liveness, or 0 when it cannot
+// (another host, or another PID namespace, where the number means a different process).
+int32_t watchablePid(const PeerInfo& self, const PeerInfo& peer);
 
 }  // namespace snccl

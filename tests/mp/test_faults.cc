@@ -41,6 +41,7 @@ struct Shared {
   RankResult r[kMaxRanks];
   double tEvent;     // when the fault happened (kill, abort)
   int stop;          // lingering ranks may exit
+  int idState;       // 0: not yet, 1: id valid, 2: the coordinator failed to make one
   int coordinatorOk;
   char coordinatorMsg[256];
 };
@@ -77,15 +78,16 @@ ncclComm_t initRank(Shared* sh, int rank, int n) {
 int coordinate(Shared* sh, int n, const std::vector<std::pair<std::string, std::string>>& env, const RankFn& rankFn,
                const SuperviseFn& supervise, int deadlineSec, int lateReap) {
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-  if (ncclGetUniqueId(&sh->id) != ncclSuccess) {
-    std::snprintf(sh->coordinatorMsg, sizeof sh->coordinatorMsg, "ncclGetUniqueId: %s", ncclGetLastError(nullptr));
-    return 1;
-  }
   for (int r = 0; r < n; ++r) sh->r[r].code = -1;
+  // Ranks are forked before ncclGetUniqueId starts the bootstrap root thread here: a fork
+  // while that thread holds an allocator lock (ASan's) would deadlock the child.
   std::vector<pid_t> pids(n);
   for (int r = 0; r < n; ++r) {
     pids[r] = fork();
     if (pids[r] == 0) {
+      double idDeadline = nowSec() + deadlineSec;
+      while (__atomic_load_n(&sh->idState, __ATOMIC_ACQUIRE) == 0 && nowSec() < idDeadline) usleep(1000);
+      if (__atomic_load_n(&sh->idState, __ATOMIC_ACQUIRE) != 1) _exit(5);
       rankFn(r, sh);
       __atomic_store_n(&sh->r[r].done, 1, __ATOMIC_RELEASE);
       std::fflush(stdout);
@@ -93,6 +95,13 @@ int coordinate(Shared* sh, int n, const std::vector<std::pair<std::string, std::
       _exit(0);
     }
   }
+  if (ncclGetUniqueId(&sh->id) != ncclSuccess) {
+    std::snprintf(sh->coordinatorMsg, sizeof sh->coordinatorMsg, "ncclGetUniqueId: %s", ncclGetLastError(nullptr));
+    __atomic_store_n(&sh->idState, 2, __ATOMIC_RELEASE);
+    for (pid_t p : pids) waitpid(p, nullptr, 0);
+    return 1;
+  }
+  __atomic_store_n(&sh->idState, 1, __ATOMIC_RELEASE);
   std::thread sup;
   if (supervise) sup = std::thread([&] { supervise(sh, pids); });
   double deadline = nowSec() + deadlineSec;
@@ -210,9 +219,9 @@ TEST(Faults, RankRaisesSigkillBetweenCollectives) {
   mp::freeShared(sh);
 }
 
-// DISABLED until fixed (open bug, see the issue 2 closing note): a survivor in connection setup
-// waits for SNCCL_TIMEOUT instead of noticing the dead peer.
-TEST(Faults, DISABLED_RankDiesBeforeFirstCollective) {
+// The survivors are in connection setup (bootstrap recv): the comm's peer watch notices
+// the dead process there.
+TEST(Faults, RankDiesBeforeFirstCollective) {
   const int n = 4, victim = 3;
   sntest::Watchdog dog(180, "death before the first collective");
   Shared* sh = runScenario(n, kTimeout20, [&](int r, Shared* s) { allreduceLoop(r, s, n, victim, 0); });
@@ -223,9 +232,8 @@ TEST(Faults, DISABLED_RankDiesBeforeFirstCollective) {
 
 // The dead process stays a zombie (its parent has not waited for it yet): it is dead all
 // the same, and the survivors must see that.
-// DISABLED until fixed (open bug, see the issue 2 closing note): kill(pid, 0) succeeds on a zombie,
-// so an unreaped dead peer is only caught by the timeout.
-TEST(Faults, DISABLED_DeadRankNotYetReapedByItsParent) {
+// kill(pid, 0) succeeds on a zombie: processGone() reads its state from /proc.
+TEST(Faults, DeadRankNotYetReapedByItsParent) {
   const int n = 3, victim = 1;
   sntest::Watchdog dog(180, "zombie scenario");
   Shared* sh = runScenario(
@@ -388,9 +396,8 @@ void abortScenario(bool warmup) {
 }
 
 TEST(Faults, AbortReleasesPeersBlockedOnIt) { abortScenario(true); }
-// DISABLED until fixed (open bug, see the issue 2 closing note): abort before any collective does
-// not release peers blocked in connection setup.
-TEST(Faults, DISABLED_AbortReleasesPeersBlockedInConnectionSetup) { abortScenario(false); }
+// The peers are in connection setup with the aborting rank: its abort notice reaches them.
+TEST(Faults, AbortReleasesPeersBlockedInConnectionSetup) { abortScenario(false); }
 
 // Peers have exited (without destroying); Abort and Destroy of the last rank return.
 void peersGoneScenario(bool useAbort) {
@@ -452,9 +459,9 @@ void missingRankScenario(bool missingExits) {
   mp::freeShared(sh);
 }
 
-// DISABLED until fixed (open bug, see the issue 2 closing note): under load a rank's own
-// deadline can fire with the root's, and its error then does not name the missing rank.
-TEST(Faults, DISABLED_InitFailsWhenARankNeverJoins) { missingRankScenario(false); }
+// The root times out first (ranks wait a grace period past their own deadline for its
+// reply), so the error names the missing rank even under load.
+TEST(Faults, InitFailsWhenARankNeverJoins) { missingRankScenario(false); }
 TEST(Faults, InitFailsWhenARankExitsBeforeJoining) { missingRankScenario(true); }
 
 // ---- /dev/shm segments ----
@@ -552,6 +559,8 @@ void shmScenario(Ending ending) {
   if (!unrelated.empty()) std::printf("(%zu new snccl segments of other communicators ignored)\n", unrelated.size());
   if (ending == Ending::kDestroy || ending == Ending::kAbort) {
     for (int r = 0; r < n; ++r) EXPECT_EQ(sh->r[r].code, ncclSuccess) << all;
+  } else {
+    std::printf("%s", all.c_str());
   }
   mp::freeShared(sh);
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -46,6 +48,8 @@ class Watchdog {
       : what_(std::move(what)), onTimeout_(std::move(onTimeout)) {
     thread_ = std::thread([this, seconds] {
       std::unique_lock<std::mutex> lock(mu_);
+      started_ = true;
+      cv_.notify_all();
       if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
         std::fprintf(stderr, "WATCHDOG: %s did not finish within %d s: hang\n", what_.c_str(), seconds);
         if (onTimeout_) onTimeout_();
@@ -53,6 +57,11 @@ class Watchdog {
         _exit(97);
       }
     });
+    // Return only once the thread sleeps in wait_for (it released mu_ there): a starting
+    // thread allocates, and a test that forks right after us must not fork while it holds
+    // an allocator lock (ASan's allocator is not fork-safe; the child would deadlock).
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return started_; });
   }
   ~Watchdog() { disarm(); }
   void disarm() {
@@ -70,6 +79,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  bool started_ = false;
   std::thread thread_;
 };
 
@@ -83,7 +93,7 @@ inline bool ncclOk(ncclResult_t res, const std::string& what, int rank = -1) {
 }
 
 // Runs body on n ranks. Threads: ncclCommInitAll + one thread per rank. Processes: the
-// parent creates the unique id and forks n children that join with ncclCommInitRank.
+// parent forks n children, then creates the unique id; they join with ncclCommInitRank.
 // A watchdog turns a hang into a failure naming the ranks that had not finished.
 inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 120) {
   std::string what = std::string(modeName(mode)) + " run with " + std::to_string(n) + " ranks";
@@ -110,33 +120,39 @@ inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 12
     EXPECT_EQ(failures.load(), 0) << what;
     return;
   }
+  // The children are forked before this process starts any thread that allocates (the
+  // bootstrap root of ncclGetUniqueId, the watchdog): a fork while another thread holds an
+  // allocator lock (ASan's in particular) leaves the child deadlocked. They wait for the
+  // id in shared memory, as ranks of a real job wait for it from their launcher.
+  struct IdBox {
+    std::atomic<int> state;  // 0: not yet, 1: id valid, 2: the parent failed to make one
+    ncclUniqueId id;
+  };
+  void* box = mmap(nullptr, sizeof(IdBox), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(box, MAP_FAILED);
+  auto* idBox = new (box) IdBox{};
   std::vector<pid_t> pids;
-  Watchdog dog(timeoutSec, what, [&] {
-    // Name the children that have not exited (WNOWAIT: do not reap), then kill them all.
-    std::fprintf(stderr, "WATCHDOG: ranks still running:");
-    for (size_t r = 0; r < pids.size(); ++r) {
-      siginfo_t info{};
-      if (waitid(P_PID, pids[r], &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
-        std::fprintf(stderr, " %zu", r);
-    }
-    std::fprintf(stderr, "\n");
-    for (pid_t p : pids) kill(p, SIGKILL);
-  });
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   pids.reserve(n);  // the watchdog reads pids: no reallocation while it may run
   pid_t parent = getpid();
   std::fflush(stdout);
   std::fflush(stderr);
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
-    ASSERT_GE(pid, 0);
+    if (pid < 0) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      FAIL() << "fork failed";
+    }
     if (pid == 0) {
       // Die with the test process (e.g. when its watchdog fires).
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(3);
+      for (int waited = 0; idBox->state.load(std::memory_order_acquire) == 0; ++waited) {
+        if (waited > timeoutSec * 1000) _exit(4);
+        usleep(1000);
+      }
+      if (idBox->state.load(std::memory_order_acquire) != 1) _exit(5);
       ncclComm_t comm = nullptr;
-      ncclResult_t res = ncclCommInitRank(&comm, n, id, r);
+      ncclResult_t res = ncclCommInitRank(&comm, n, idBox->id, r);
       if (res != ncclSuccess) {
         std::fprintf(stderr, "rank %d: ncclCommInitRank: %s\n", r, ncclGetLastError(nullptr));
         _exit(2);
@@ -152,12 +168,27 @@ inline void runRanks(Mode mode, int n, const RankBody& body, int timeoutSec = 12
     }
     pids.push_back(pid);
   }
+  Watchdog dog(timeoutSec, what, [&] {
+    // Name the children that have not exited (WNOWAIT: do not reap), then kill them all.
+    std::fprintf(stderr, "WATCHDOG: ranks still running:");
+    for (size_t r = 0; r < pids.size(); ++r) {
+      siginfo_t info{};
+      if (waitid(P_PID, pids[r], &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
+        std::fprintf(stderr, " %zu", r);
+    }
+    std::fprintf(stderr, "\n");
+    for (pid_t p : pids) kill(p, SIGKILL);
+  });
+  ncclResult_t idRes = ncclGetUniqueId(&idBox->id);
+  idBox->state.store(idRes == ncclSuccess ? 1 : 2, std::memory_order_release);
+  EXPECT_EQ(idRes, ncclSuccess) << ncclGetLastError(nullptr);
   for (int r = 0; r < n; ++r) {
     int status = 0;
     waitpid(pids[r], &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << what << ": rank " << r << " ended with status " << status;
   }
+  munmap(box, sizeof(IdBox));
 }
 
 // Body of the single-thread multi-communicator pattern (nccl-tests -g): one thread owns

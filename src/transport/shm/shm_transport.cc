@@ -93,7 +93,7 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
           name.c_str(), req.nsteps, req.slotBytes);
   char* slots = static_cast<char*>(base) + connCtrlBytes();
   return std::make_unique<Connection>(ctrl, slots, std::make_unique<ShmMapping>(base, bytes, name), req.peer,
-                                      req.remote->pid, "shm");
+                                      watchablePid(*req.self, *req.remote), "shm");
 }
 
 Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
@@ -120,7 +120,7 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   }
   return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
                                       std::make_unique<ShmMapping>(base, bytes, std::string()), req.peer,
-                                      req.remote->pid, "shm");
+                                      watchablePid(*req.self, *req.remote), "shm");
 }
 
 }  // namespace

@@ -1,0 +1,18 @@
+// Liveness of other processes on this host, for failing fast when a peer dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+namespace snccl {
+
+// Identity of this process's PID namespace (the inode of /proc/self/ns/pid; 0 unknown).
+// Two processes can compare pids only when these are equal and nonzero.
+uint64_t pidNamespaceId();
+
+// True when `pid` no longer runs: it does not exist, or it is a zombie (dead, not yet
+// reaped by its parent: kill(pid, 0) still succeeds on it) or being torn down.
+bool processGone(pid_t pid);
+
+}  // namespace snccl
