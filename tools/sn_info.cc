@@ -1,6 +1,6 @@
 // sn_info: what this snccl build knows about itself and this host. Lists the parameter
 // registry (every environment variable snccl reads), the transports, the algorithms, the
-// version and the host identity that decides which ranks share a node.
+// version, the host identity that decides which ranks share a node, and the topology.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +11,8 @@
 #include "common/params.h"
 #include "snccl/nccl.h"
 #include "snccl/snccl.h"
+#include "topology/affinity.h"
+#include "topology/discovery.h"
 #include "transport/transport.h"
 
 namespace {
@@ -51,9 +53,53 @@ void printAlgorithms() {
     std::printf("%-14s %-8s %-8s %s\n", collName(a.coll), a.name, a.family, a.help);
 }
 
+std::string cpuRanges(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "?" : out;
+}
+
+// What the communicator sees of this host (SNCCL_TOPO_FILE or discovery): NUMA nodes and
+// their CPUs, GPUs and NICs with their nodes, and how helper threads would be placed.
+// `sn_topo` shows the full tree, paths and plans.
+int printTopology() {
+  const Result<topo::System>& r = topo::processSystem();
+  std::printf("# Topology (sn_topo shows the tree, paths and rings)\n");
+  if (!r.ok()) {
+    std::printf("unavailable: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  const topo::System& sys = r.value();
+  int here = topo::currentNumaNode();
+  for (int c : sys.cpus()) {
+    int numa = sys.node(c).cpu.numaId;
+    std::vector<int> cpus = sys.cpuList(c);
+    std::printf("NUMA %d: %zu CPUs (%s)%s\n", numa, cpus.size(), cpuRanges(cpus).c_str(),
+                numa == here ? "  <- this process runs here" : "");
+  }
+  for (int g : sys.gpus()) std::printf("%s: NUMA %d\n", sys.label(g).c_str(), sys.numaOf(g));
+  for (int n : sys.nics()) std::printf("%s (%s): NUMA %d\n", sys.label(n).c_str(), sys.nicName(n).c_str(), sys.numaOf(n));
+  if (sys.gpus().empty()) std::printf("no GPU\n");
+  if (sys.nics().empty()) std::printf("no NIC in the topology\n");
+  bool bind = params::getInt(params::Id::NumaBind) != 0;
+  std::vector<int> helper = topo::helperCpus(sys, here, bind);
+  if (helper.empty())
+    std::printf("helper threads: not pinned (%s)\n", !bind ? "SNCCL_NUMA_BIND=0" : "one NUMA node or node unknown");
+  else
+    std::printf("helper threads of a rank here: pinned to CPUs %s\n", cpuRanges(helper).c_str());
+  return 0;
+}
+
 int usage(const char* argv0, int rc) {
   std::fprintf(rc == 0 ? stdout : stderr,
-               "usage: %s [--params] [--transports] [--algorithms] [--help]\n"
+               "usage: %s [--params] [--transports] [--algorithms] [--topology] [--help]\n"
                "Prints the version, host identity and the selected lists (default: all).\n",
                argv0);
   return rc;
@@ -62,18 +108,20 @@ int usage(const char* argv0, int rc) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool params = false, trans = false, algos = false;
+  bool params = false, trans = false, algos = false, topology = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--params") == 0) params = true;
     else if (std::strcmp(argv[i], "--transports") == 0) trans = true;
     else if (std::strcmp(argv[i], "--algorithms") == 0) algos = true;
+    else if (std::strcmp(argv[i], "--topology") == 0) topology = true;
     else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return usage(argv[0], 0);
     else return usage(argv[0], 2);
   }
-  if (!params && !trans && !algos) params = trans = algos = true;
+  if (!params && !trans && !algos && !topology) params = trans = algos = topology = true;
   printVersion();
   if (params) printParams();
   if (trans) printTransports();
   if (algos) printAlgorithms();
+  if (topology && printTopology() != 0) return 1;
   return 0;
 }

@@ -71,12 +71,6 @@ Status finishInit(ncclComm* comm) {
   return OkStatus();
 }
 
-// The topology is discovered once per process (hwloc is slow to load) and reused.
-const Result<topo::System>& processSystem() {
-  static const Result<topo::System> sys = topo::systemForThisProcess();
-  return sys;
-}
-
 // Rank 0 plans the ring from the allgathered locations and sends it to every rank, so all
 // ranks use one order even if their nodes' topologies differ. A planning failure falls
 // back to rank order (logged): the ring is an optimisation, never a requirement.
@@ -89,7 +83,7 @@ Status planCommRing(ncclComm* comm) {
     return OkStatus();
   }
   if (comm->rank == 0) {
-    const Result<topo::System>& sys = processSystem();
+    const Result<topo::System>& sys = topo::processSystem();
     std::vector<topo::RankLocation> locs(comm->nranks);
     for (int r = 0; r < comm->nranks; ++r) locs[r] = {comm->peers[r].hostHash, std::string(), comm->peers[r].numa};
     Result<std::vector<int>> planned = sys.ok() ? topo::planRing(sys.value(), locs) : Result<std::vector<int>>(sys.status());

@@ -13,6 +13,7 @@
 #include "common/process.h"
 #include "common/wait.h"
 #include "core/signature.h"
+#include "topology/affinity.h"
 
 namespace snccl {
 
@@ -263,7 +264,13 @@ Status connectAll(std::span<CommRunner*> runners) {
   if (todo.size() == 1) return todo[0]->connect();
   std::vector<Status> results(todo.size());
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < todo.size(); ++i) threads.emplace_back([&, i] { results[i] = todo[i]->connect(); });
+  for (size_t i = 0; i < todo.size(); ++i)
+    threads.emplace_back([&, i] {
+      // The rings this thread creates are faulted in here: place it on its rank's node.
+      ncclComm* c = todo[i]->comm();
+      topo::placeHelperThread(c->peers[c->rank].numa, "connection setup");
+      results[i] = todo[i]->connect();
+    });
   for (auto& t : threads) t.join();
   for (const Status& s : results) SNCCL_TRY(s);
   return OkStatus();

@@ -3,9 +3,15 @@
 
 #include <unordered_set>
 
+#include "topology/affinity.h"
+
 namespace snccl {
 
-HostStream::HostStream() : worker_([this] { run(); }) {}
+HostStream::HostStream()
+    : worker_([this, numa = topo::currentNumaNode()] {
+        topo::placeHelperThread(numa, "host stream worker");
+        run();
+      }) {}
 
 HostStream::~HostStream() {
   {

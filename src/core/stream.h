@@ -19,6 +19,7 @@ namespace snccl {
 
 class HostStream {
  public:
+  // The worker runs near the NUMA node of the creating thread (SNCCL_NUMA_BIND).
   HostStream();
   ~HostStream();  // drains the queue, then joins the worker
 

@@ -263,6 +263,11 @@ Result<System> fileOrDiscovery() {
 
 }  // namespace
 
+const Result<System>& processSystem() {
+  static const Result<System> sys = systemForThisProcess();
+  return sys;
+}
+
 Result<System> systemForThisProcess() {
   SNCCL_ASSIGN_OR_RETURN(System sys, fileOrDiscovery());
   const std::string& dump = params::getString(params::Id::TopoDumpFile);

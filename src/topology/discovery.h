@@ -42,4 +42,7 @@ Result<System> mergeDetected(const System& file, const System& live);
 // then SNCCL_TOPO_DUMP_FILE if set.
 Result<System> systemForThisProcess();
 
+// systemForThisProcess(), computed once per process (hwloc is slow to load) and reused.
+const Result<System>& processSystem();
+
 }  // namespace snccl::topo

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "topo_test_util.h"
+#include "topology/affinity.h"
 #include "topology/nccl_xml.h"
 #include "topology/planner.h"
 
@@ -194,6 +195,22 @@ TEST(Plan, HostRanksGroupedByNumaNode) {
   EXPECT_EQ(p->nChannels, 1);
   for (int nic : p->rankNic) EXPECT_EQ(nic, s.nics()[0]);
   EXPECT_EQ(s.cpuList(s.cpus()[1]).front(), 8);
+}
+
+TEST(Plan, HelperThreadsPinnedToTheirRanksNumaNodeOnlyWhereThereAreSeveral) {
+  System two = fromXml(
+      "<system version=\"1\">"
+      "<cpu numaid=\"0\" affinity=\"0000000f\" arch=\"x86_64\" vendor=\"GenuineIntel\"/>"
+      "<cpu numaid=\"1\" affinity=\"000000f0\" arch=\"x86_64\" vendor=\"GenuineIntel\"/></system>");
+  EXPECT_EQ(helperCpus(two, 1, true), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(helperCpus(two, 0, true), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(helperCpus(two, 1, false).empty());   // SNCCL_NUMA_BIND=0
+  EXPECT_TRUE(helperCpus(two, -1, true).empty());   // node unknown
+  EXPECT_TRUE(helperCpus(two, 5, true).empty());    // node not in the System
+  System one = fromXml(
+      "<system version=\"1\">"
+      "<cpu numaid=\"0\" affinity=\"000000ff\" arch=\"x86_64\" vendor=\"GenuineIntel\"/></system>");
+  EXPECT_TRUE(helperCpus(one, 0, true).empty());    // one node: nothing to gain
 }
 
 TEST(Plan, UnknownDevicesKeepRankOrderAndErrorsAreValues) {
