@@ -40,9 +40,19 @@ export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 export MASTER_PORT=${MASTER_PORT:-$(pick_port)}
 export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n
 
+# SN_PERF_BIND=1: pin rank r to CPU r mod ncpu (as mpirun --bind-to core does).
+# SN_PERF_HOSTID_PER_RANK=1: every rank claims its own node (SNCCL_HOSTID=node<r>), so
+# ranks talk over the network transport instead of shared memory.
+ncpu=$(nproc)
 pids=()
 for ((r = 0; r < n; r++)); do
-  RANK=$r LOCAL_RANK=$r "$tool" "$@" &
+  wrap=()
+  [ "${SN_PERF_BIND:-0}" = 1 ] && wrap=(taskset -c $((r % ncpu)))
+  if [ "${SN_PERF_HOSTID_PER_RANK:-0}" = 1 ]; then
+    RANK=$r LOCAL_RANK=$r SNCCL_HOSTID=node$r "${wrap[@]}" "$tool" "$@" &
+  else
+    RANK=$r LOCAL_RANK=$r "${wrap[@]}" "$tool" "$@" &
+  fi
   pids+=($!)
 done
 

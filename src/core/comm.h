@@ -20,6 +20,7 @@
 #include "collectives/schedule.h"
 #include "common/status.h"
 #include "core/bootstrap.h"
+#include "core/scratch_pool.h"
 #include "snccl/nccl.h"
 #include "transport/connection.h"
 #include "transport/transport.h"
@@ -124,6 +125,9 @@ struct ncclComm {
   std::mutex cacheMutex;
   std::vector<snccl::ScheduleCacheEntry> scheduleCache;
   size_t cacheNext = 0;
+  // Scratch and staging memory of operations, reused (declared before anything that
+  // holds leases from it, so it is destroyed after them).
+  snccl::ScratchPool scratchPool;
   // Reused by blocking calls outside groups, so a small call allocates nothing.
   std::unique_ptr<snccl::CommRunner> soloRunner;
   uint64_t splitCount = 0;

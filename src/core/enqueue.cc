@@ -133,17 +133,20 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
   return std::shared_ptr<const PreparedSchedule>(std::move(prep));
 }
 
-void bindBuffers(ExecOp* e, void* input, void* output) {
+Status bindBuffers(ncclComm* comm, ExecOp* e, void* input, void* output) {
   const std::vector<BufDesc>& bufs = e->sched->bufs;
   e->bufs.resize(bufs.size());
   for (size_t i = 0; i < bufs.size(); ++i) {
     if (bufs[i].role == BufRole::kInput) e->bufs[i] = static_cast<char*>(input);
     if (bufs[i].role == BufRole::kOutput) e->bufs[i] = static_cast<char*>(output);
     if (bufs[i].role == BufRole::kScratch) {
-      e->scratch.resize(bufs[i].elems * e->elemSize);
+      if (!e->scratch.ensure(comm->scratchPool, bufs[i].elems * e->elemSize))
+        return SystemError("%s: cannot map %zu bytes of scratch memory", e->describe().c_str(),
+                           bufs[i].elems * e->elemSize);
       e->bufs[i] = e->scratch.data();
     }
   }
+  return OkStatus();
 }
 
 // Fills *e (reusing its storage) for one collective call.
@@ -170,7 +173,7 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   args.inPlace = inPlace(p, comm->rank, e->elemSize);
   SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, args, e->elemSize));
   e->sched = &e->prep->sched;
-  bindBuffers(e, const_cast<void*>(p.sendbuff), p.recvbuff);
+  SNCCL_TRY(bindBuffers(p.comm, e, const_cast<void*>(p.sendbuff), p.recvbuff));
   return OkStatus();
 }
 
@@ -180,7 +183,8 @@ bool overlaps(const char* a, size_t na, const char* b, size_t nb) { return na &&
 // sendrecv uses one buffer for both) is sent from a copy taken when the operation
 // starts: lanes progress independently, so a receive could otherwise overwrite data
 // before it was sent.
-void stageOverlappingSends(const std::vector<const PendingOp*>& ops, const std::vector<P2POp>& p2p, ExecOp* e) {
+Status stageOverlappingSends(ncclComm* comm, const std::vector<const PendingOp*>& ops, const std::vector<P2POp>& p2p,
+                             ExecOp* e) {
   size_t total = 0;
   std::vector<size_t> staged;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -192,14 +196,16 @@ void stageOverlappingSends(const std::vector<const PendingOp*>& ops, const std::
         break;
       }
   }
-  if (staged.empty()) return;
-  e->scratch.resize(total);
+  if (staged.empty()) return OkStatus();
+  if (!e->scratch.ensure(comm->scratchPool, total))
+    return SystemError("rank %d: cannot map %zu bytes to stage in-place sends", comm->rank, total);
   size_t off = 0;
   for (size_t i : staged) {
     e->preCopies.push_back({e->bufs[i], off, p2p[i].count});
     e->bufs[i] = e->scratch.data() + off;
     off += p2p[i].count;
   }
+  return OkStatus();
 }
 
 // All sends and receives of one communicator in a group become one schedule, counted
@@ -224,7 +230,7 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   for (size_t i = 0; i < ops.size(); ++i)
     e.bufs[i] = ops[i]->isSend ? static_cast<char*>(const_cast<void*>(ops[i]->sendbuff))
                                : static_cast<char*>(ops[i]->recvbuff);
-  stageOverlappingSends(ops, p2p, &e);
+  SNCCL_TRY(stageOverlappingSends(comm, ops, p2p, &e));
   return e;
 }
 

@@ -19,6 +19,7 @@
 #include "collectives/schedule.h"
 #include "common/status.h"
 #include "core/comm.h"
+#include "core/scratch_pool.h"
 
 namespace snccl {
 
@@ -26,7 +27,7 @@ struct ExecOp {
   std::shared_ptr<const PreparedSchedule> prep;  // shared with the communicator's schedule cache
   const Schedule* sched = nullptr;               // &prep->sched
   std::vector<char*> bufs;                // pointer bound to each sched->bufs entry
-  std::vector<char> scratch;              // backing store of a kScratch buffer or staged sends
+  ScratchLease scratch;                   // backing store of a kScratch buffer or staged sends
   // Copies into scratch made when the op starts (user data is only valid from then on).
   struct PreCopy {
     const char* src;
