@@ -49,8 +49,7 @@ if(NOT _mpi_found)
 endif()
 snccl_resolve(SNCCL_WITH_MPI _mpi_found)
 
-set(_torch_found OFF)
-snccl_resolve(SNCCL_WITH_TORCH _torch_found)
+# SNCCL_WITH_TORCH is resolved in python/CMakeLists.txt: finding torch needs its Python.
 
 find_package(GTest)
 find_package(benchmark QUIET)

@@ -1,0 +1,49 @@
+"""torch.distributed backend "snccl": registered on import.
+
+    import snccl_torch                      # registers the backend
+    torch.distributed.init_process_group("snccl", ...)
+
+The backend calls the NCCL C API of the library named by SNCCL_TORCH_LIB (a path or a
+soname; default: the libsnccl built with this extension). See docs/pytorch.md.
+"""
+import inspect
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+BACKEND_NAME = "snccl"
+LIB_ENV = _C.LIB_ENV
+ProcessGroupSnccl = _C.ProcessGroupSnccl
+
+
+def library_path():
+    """The NCCL-compatible library file in use (loads it on first call)."""
+    return _C.library_path()
+
+
+def library_version():
+    """ncclGetVersion of the library in use, e.g. 22809."""
+    return _C.library_version()
+
+
+def has_host_streams():
+    """True when operations run asynchronously on snccl host streams."""
+    return _C.has_host_streams()
+
+
+def _register(name=BACKEND_NAME):
+    if name.upper() in getattr(dist.Backend, "_plugins", {}):
+        return  # registering twice asserts
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if "devices" in params:  # torch >= 2.0
+        dist.Backend.register_backend(name, _C.create, extended_api=False, devices=["cpu"])
+    else:  # torch 1.13
+        dist.Backend.register_backend(name, _C.create)
+
+
+_register()
+
+__all__ = ["BACKEND_NAME", "LIB_ENV", "ProcessGroupSnccl", "library_path", "library_version",
+           "has_host_streams"]

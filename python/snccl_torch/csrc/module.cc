@@ -1,0 +1,67 @@
+// Python module snccl_torch._C: the backend creator and diagnostics.
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "process_group.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Holder that drops the GIL while the last reference dies (a group's destructor joins its
+// threads and destroys the communicator). Layout-identical to c10::intrusive_ptr, like
+// torch's own IntrusivePtrNoGilDestructor, so pybind11 may convert between the two.
+template <typename T>
+class NoGilHolder {
+  c10::intrusive_ptr<T> impl_;
+
+ public:
+  NoGilHolder() = default;
+  NoGilHolder(const NoGilHolder&) = default;
+  NoGilHolder(NoGilHolder&&) = default;
+  NoGilHolder& operator=(const NoGilHolder&) = default;
+  NoGilHolder& operator=(NoGilHolder&&) = default;
+  /* implicit */ NoGilHolder(c10::intrusive_ptr<T> p) : impl_(std::move(p)) {}
+  explicit NoGilHolder(T* p) : impl_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(p)) {}
+  ~NoGilHolder() {
+    if (impl_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      impl_.reset();
+    }
+  }
+  T* get() const noexcept { return impl_.get(); }
+  T* operator->() const noexcept { return impl_.get(); }
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilHolder<T>, true);
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "snccl c10d backend (NCCL C API loaded with dlopen; see docs/pytorch.md)";
+  py::module_::import("torch.distributed");
+  using snccl_torch::BackendBase;
+  using snccl_torch::ProcessGroupSnccl;
+  py::class_<ProcessGroupSnccl, BackendBase, NoGilHolder<ProcessGroupSnccl>>(m,
+                                                                          "ProcessGroupSnccl");
+  m.def(
+      "create",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         const std::chrono::duration<float>& timeout) -> c10::intrusive_ptr<ProcessGroupSnccl> {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+        return c10::make_intrusive<ProcessGroupSnccl>(store, rank, size, ms);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::call_guard<py::gil_scoped_release>(),
+      "Creates the backend (the creator registered with torch.distributed).");
+  m.def(
+      "library_path", [] { return ProcessGroupSnccl::api().path; },
+      "The file of the NCCL-compatible library in use (chosen by SNCCL_TORCH_LIB).");
+  m.def(
+      "library_version", [] { return ProcessGroupSnccl::api().version; },
+      "ncclGetVersion of the library in use (e.g. 22809).");
+  m.def(
+      "has_host_streams", [] { return ProcessGroupSnccl::api().StreamCreate != nullptr; },
+      "True when the library has snccl host streams (asynchronous operations).");
+  m.attr("LIB_ENV") = snccl_torch::kLibEnv;
+}

@@ -1,0 +1,118 @@
+// ProcessGroupSnccl: a c10d backend running the NCCL C API (loaded with dlopen) on CPU
+// tensors. Operations are queued on one snccl host stream per group and return at once; a
+// completion thread finishes their Work objects (and futures) when the stream drains, and a
+// watchdog aborts the communicator when an operation outlives the group's timeout.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "compat.h"
+#include "nccl_api.h"
+
+namespace snccl_torch {
+
+class WorkSnccl : public c10d::Work {
+ public:
+  WorkSnccl(c10d::OpType type, std::vector<at::Tensor> outputs);
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override;
+
+  // Called once by the group when the operation ended (eptr null on success).
+  void complete(std::exception_ptr eptr);
+
+  std::function<void()> onSuccess;   // copies results back to the user's tensors
+  std::function<void()> onFinish;    // always runs (releases per-operation resources)
+  std::vector<at::Tensor> keepAlive;  // buffers the library reads or writes until the end
+  std::chrono::steady_clock::time_point deadline;
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupSnccl : public BackendBase {
+ public:
+  ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupSnccl() override;
+
+  const std::string getBackendName() const override { return "snccl"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // The library in use (path, version) for diagnostics.
+  static const NcclApi& api();
+
+ private:
+  struct Op;  // one operation being prepared (see process_group.cc)
+
+  c10::intrusive_ptr<c10d::Work> launch(Op& op, const std::function<void(ncclComm_t)>& calls);
+  void check(ncclResult_t r, const char* what);
+  [[noreturn]] void fail(ncclResult_t r, const char* what);
+  void completionLoop();
+  void watchdogLoop();
+  void abortComm(const std::string& why);
+
+  const NcclApi& api_;
+  std::chrono::milliseconds timeout_;
+  sncclStream_t stream_ = nullptr;
+
+  std::mutex commMutex_;  // guards comm_ (enqueue vs abort) and aborted_
+  ncclComm_t comm_ = nullptr;
+  std::string aborted_;  // non-empty once the communicator was aborted: why
+  bool failed_ = false;  // an operation failed: destroy with abort
+
+  std::mutex mutex_;  // guards the fields below
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<WorkSnccl>> pending_;  // queued on the stream, not finished
+  std::chrono::steady_clock::time_point inflightDeadline_ = std::chrono::steady_clock::time_point::max();
+  bool stop_ = false;          // completion thread: drain, then exit
+  bool watchdogStop_ = false;  // watchdog thread: exit
+  std::thread completion_;
+  std::thread watchdog_;
+};
+
+}  // namespace snccl_torch

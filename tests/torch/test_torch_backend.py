@@ -1,0 +1,100 @@
+"""The snccl torch.distributed backend against Gloo: every operation with 2 and 4 processes,
+DDP training, a killed rank, library selection. Each multi-process run has a hard deadline."""
+import os
+import subprocess
+
+import pytest
+
+from launch import PYTHON, run_ranks
+
+
+def _ops(world):
+    codes, results, logs = run_ranks("ops_worker.py", world, timeout=100)
+    for r, (code, res) in enumerate(zip(codes, results)):
+        assert code == 0 and res is not None, f"rank {r} exit {code}:\n{logs[r][-4000:]}"
+    return results
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["np2", "np4"])
+def ops_results(request):
+    return request.param, _ops(request.param)
+
+
+# the checks ops_worker.py runs (a missing one fails its test)
+CHECKS = (
+    [f"allreduce_{op}_{dt}" for dt in ("float32", "float64", "float16", "int32", "int64", "int8",
+                                        "uint8")
+     for op in ("sum", "product", "min", "max")]
+    + ["allreduce_bfloat16_and_bool", "allreduce_avg", "allreduce_premul_sum",
+       "allreduce_complex", "allreduce_noncontiguous", "allreduce_async_future",
+       "allreduce_coalesced", "broadcast", "broadcast_noncontiguous", "reduce", "allgather",
+       "allgather_noncontiguous", "allgather_base", "reduce_scatter", "reduce_scatter_base",
+       "alltoall_base_even", "alltoall_base_uneven", "alltoall_list", "send_recv", "barrier",
+       "gather", "scatter", "error_is_exception", "new_group_subset", "large_allreduce"])
+
+
+def test_operations_match_gloo(ops_results):
+    world, results = ops_results
+    failures = []
+    for rank, res in enumerate(results):
+        for name in CHECKS:
+            status = res.get(name, "missing")
+            if status != "ok":
+                failures.append(f"np={world} rank {rank} {name}: {status}")
+    assert not failures, "\n".join(failures)
+
+
+def test_ddp_losses_identical_to_gloo():
+    codes, results, logs = run_ranks("ddp_worker.py", 2, timeout=90)
+    for r in range(2):
+        assert codes[r] == 0 and results[r], f"rank {r}:\n{logs[r][-4000:]}"
+    for r in range(2):
+        sn_losses, sn_sum = results[r]["snccl"]
+        gl_losses, gl_sum = results[r]["gloo"]
+        assert len(sn_losses) == 20
+        assert sn_losses == gl_losses, f"rank {r}: {sn_losses} vs {gl_losses}"
+        assert sn_sum == gl_sum
+    assert results[0]["snccl"][1] == results[1]["snccl"][1]  # replicas stay identical
+
+
+def test_killed_rank_raises_not_hangs():
+    world = 3
+    codes, results, logs = run_ranks("kill_worker.py", world, timeout=90,
+                                     env={"PG_TIMEOUT": "20"})
+    for r in range(world - 1):
+        res = results[r]
+        assert res is not None, f"rank {r} wrote nothing:\n{logs[r][-4000:]}"
+        assert res["error"], f"rank {r} got no exception"
+        assert "snccl" in res["error"], res["error"]
+        assert res["seconds"] < 60, res
+
+
+def test_bad_library_is_a_clear_error():
+    env = dict(os.environ, SNCCL_TORCH_LIB="/nonexistent/libnccl.so.2")
+    code = ("import snccl_torch, torch.distributed as d\n"
+            "try:\n"
+            "    d.init_process_group('snccl', init_method='tcp://127.0.0.1:1', rank=0,"
+            " world_size=1)\n"
+            "except RuntimeError as e:\n"
+            "    print('ERR', e)\n")
+    p = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "ERR" in p.stdout and "SNCCL_TORCH_LIB" in p.stdout, p.stdout + p.stderr
+
+
+def test_library_loaded():
+    p = subprocess.run([PYTHON, "-c", "import snccl_torch as s; print(s.library_path(), "
+                        "s.library_version(), s.has_host_streams())"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    path, version, streams = p.stdout.split()
+    assert "snccl" in path and int(version) == 22809 and streams == "True"
+
+
+def test_group_timeout_honoured():
+    codes, results, logs = run_ranks("timeout_worker.py", 2, timeout=60, env={"PG_TIMEOUT": "3",
+                                                                             "SNCCL_TIMEOUT": "600"})
+    res = results[0]
+    assert res is not None, logs[0][-4000:]
+    assert res["error"] and "timed out" in res["error"], res
+    assert 2.5 <= res["seconds"] < 20, res
+    assert "aborted" in res.get("after", ""), res
