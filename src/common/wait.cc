@@ -53,4 +53,9 @@ int64_t spinBudgetUs(int localRanks) {
   return spin < 0 ? 0 : spin;
 }
 
+int64_t yieldBudgetUs(int localRanks) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return localRanks > (cores < 1 ? 1 : cores) ? 500 : 0;
+}
+
 }  // namespace snccl

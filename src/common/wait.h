@@ -56,4 +56,10 @@ class Backoff {
 // expected to run on this host (spinning then only steals the peer's time slice).
 int64_t spinBudgetUs(int localRanks);
 
+// How long a waiter yields (sched_yield) between spinning and sleeping: only when this
+// host runs more ranks than cores. Otherwise the ranks have a core each, and a yield only
+// hands ours to unrelated load for a whole time slice (milliseconds) while the peer's
+// message is about to arrive.
+int64_t yieldBudgetUs(int localRanks);
+
 }  // namespace snccl

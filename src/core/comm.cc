@@ -66,6 +66,7 @@ Status finishInit(ncclComm* comm) {
   comm->slotBytes = uint32_t(slot);
   comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
   comm->spinUs = spinBudgetUs(comm->localRanks);
+  comm->yieldUs = yieldBudgetUs(comm->localRanks);
   SN_INFO(log::kInit, "comm %p rank %d nRanks %d localRanks %d commHash %016llx - Init COMPLETE", (void*)comm,
           comm->rank, comm->nranks, comm->localRanks, (unsigned long long)comm->commHash);
   return OkStatus();

@@ -98,6 +98,7 @@ struct ncclComm {
   uint32_t slotBytes = 0;
   int64_t timeoutNs = 0;  // 0: no limit
   int64_t spinUs = 0;
+  int64_t yieldUs = 0;  // see yieldBudgetUs()
 
   std::atomic<bool> abortFlag{false};
   std::atomic<int> state{static_cast<int>(snccl::CommState::kInitializing)};

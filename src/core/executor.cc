@@ -20,7 +20,6 @@ namespace snccl {
 namespace {
 constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds reaction time
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
-constexpr int64_t kYieldUs = 500;
 
 bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy; }
 bool primSends(Prim p) {
@@ -278,7 +277,7 @@ Status connectAll(std::span<CommRunner*> runners) {
 
 // The common case, one communicator, without the bookkeeping of several.
 Status runOne(CommRunner* r) {
-  Backoff backoff(r->comm()->spinUs, kYieldUs);
+  Backoff backoff(r->comm()->spinUs, r->comm()->yieldUs);
   for (;;) {
     Result<bool> res = r->progress();
     if (!res.ok()) return res.status();
@@ -295,7 +294,8 @@ Status runLoop(std::span<CommRunner*> runners) {
   if (runners.size() == 1) return runOne(runners[0]);
   std::vector<bool> done(runners.size(), false);
   int64_t spin = runners.empty() ? 0 : runners[0]->comm()->spinUs;
-  Backoff backoff(spin, kYieldUs);
+  int64_t yield = runners.empty() ? 0 : runners[0]->comm()->yieldUs;
+  Backoff backoff(spin, yield);
   size_t remaining = runners.size();
   while (remaining > 0) {
     bool moved = false;
