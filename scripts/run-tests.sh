@@ -10,9 +10,7 @@ fail=0
 echo "== release build and all tests"
 configure build
 build build || fail=1
-# The network transport (issue 5) is still being finished: its tests (label net) run
-# with `ctest -L net` but do not gate CI until that issue closes.
-ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE '^net$' || fail=1
+ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" || fail=1
 
 echo "== ASan+UBSan build: unit, mr and mp tests"
 labels='^(unit|mr|mp)$'

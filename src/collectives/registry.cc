@@ -6,12 +6,16 @@
 
 namespace snccl {
 
-// Generators, one per file under ring/, direct/ and p2p/.
+// Generators, one per file under ring/, tree/, hier/, direct/ and p2p/.
 Status ringAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringAllGather(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringReduceScatter(const CollArgs&, const ChannelPlan&, Schedule*);
+Status treeAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status treeBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
+Status treeReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status hierAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status directAllReducePair(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pAlltoAll(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pGather(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -28,6 +32,15 @@ constexpr AlgorithmDef kAlgorithms[] = {
      ringAllGather},
     {"ring", "ring", CollKind::kReduceScatter, "blocks summed along the ring, each ending at its owner",
      ringReduceScatter},
+    {"tree", "tree", CollKind::kAllReduce,
+     "double binary tree: each half reduced up and broadcast down one of two trees, pipelined", treeAllReduce},
+    {"tree", "tree", CollKind::kBroadcast, "pipelined binary tree from the root; log2(n) hops per chunk",
+     treeBroadcast},
+    {"tree", "tree", CollKind::kReduce, "pipelined binary tree summing into the root; log2(n) hops per chunk",
+     treeReduce},
+    {"hier", "hierarchical", CollKind::kAllReduce,
+     "per node reduce-scatter, ring allreduce across nodes per local rank, all-gather; uneven nodes: ring",
+     hierAllReduce},
     {"direct", "direct", CollKind::kAllReduce,
      "2 ranks: exchange whole inputs and combine, one message latency; for small messages", directAllReducePair,
      2},

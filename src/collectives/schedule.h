@@ -97,6 +97,9 @@ constexpr uint16_t kScratchBuf = 2;
 // How ranks are arranged; later filled by the topology planner.
 struct ChannelPlan {
   std::vector<int> ring;  // ring[i] = rank at ring position i; empty = identity order
+  // hosts[r] = host hash of rank r (ranks with equal hashes share a node), for the
+  // hierarchical algorithms; empty = unknown, all ranks treated as one node.
+  std::vector<uint64_t> hosts;
 };
 
 struct CollArgs {

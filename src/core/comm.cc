@@ -52,6 +52,9 @@ Status finishInit(ncclComm* comm) {
     return format("(pid %d, host %s) exited", pid, p.hostname);
   });
   SNCCL_TRY(planCommRing(comm));
+  // Each rank's node, for the hierarchical algorithms (same on every rank: from the table).
+  comm->plan.hosts.clear();
+  for (const PeerInfo& p : comm->peers) comm->plan.hosts.push_back(p.hostHash);
   comm->sendConn.resize(comm->nranks);
   comm->recvConn.resize(comm->nranks);
   int64_t steps = params::getInt(params::Id::Steps);

@@ -42,7 +42,7 @@ Result<const TransportDef*> selectTransport(const PeerInfo& self, const PeerInfo
     if (t.canConnect(self, peer)) return &t;
   return InvalidUsage(
       "no transport can connect rank %d (host %s) and rank %d (host %s): they are on different nodes "
-      "(host hash %016llx vs %016llx) and this build has no network transport yet%s",
+      "(host hash %016llx vs %016llx) and the net transport declined the pair%s",
       self.rank, self.hostname, peer.rank, peer.hostname, (unsigned long long)self.hostHash,
       (unsigned long long)peer.hostHash,
       params::getInt(params::Id::ShmDisable) ? " (SNCCL_SHM_DISABLE=1 is set)" : "");

@@ -212,9 +212,9 @@ TEST(Generators, RejectBadArguments) {
   EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 4, 4, 8, 2), {}, &s).code(), ncclInvalidArgument);
   EXPECT_EQ(ar->generate(args(CollKind::kBroadcast, 0, 4, 8, 2), {}, &s).code(), ncclInvalidArgument);
   EXPECT_EQ(bc->generate(args(CollKind::kBroadcast, 0, 4, 8, 2, 4), {}, &s).code(), ncclInvalidArgument);
-  ChannelPlan shortRing{{0, 1, 2}};
+  ChannelPlan shortRing{{0, 1, 2}, {}};
   EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 0, 4, 8, 2), shortRing, &s).code(), ncclInvalidArgument);
-  ChannelPlan noRank3{{0, 1, 2, 2}};
+  ChannelPlan noRank3{{0, 1, 2, 2}, {}};
   EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 3, 4, 8, 2), noRank3, &s).code(), ncclInvalidArgument);
 }
 

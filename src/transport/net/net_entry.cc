@@ -46,20 +46,22 @@ bool NetEntry::handleLocalPoison() {
 }
 
 void NetEntry::fail(const Status& s) {
-  // Established connections were reported by the net layer when they broke (it knows a
-  // loss from a goodbye); a connection that never came up is news only here.
-  if (state_ == State::kSetup) {
-    SN_WARN("NET : %s: connection setup failed: %s", info_.what.c_str(), s.message().c_str());
-  } else {
-    SN_INFO(log::kNet, "NET : %s: connection failed: %s", info_.what.c_str(), s.message().c_str());
-  }
-  state_ = State::kFailed;
-  inflight_.clear();
   // A peer that aborted sent its poison word (naming where the failure started); a lost
   // peer is itself the origin.
   Comm* c = comm();
   uint32_t word = c != nullptr ? net_->peerAbortCode(c) : 0;
-  if (word == 0) word = encodePoison(s.code() == ncclSuccess ? ncclInternalError : s.code(), info_.peer);
+  // The net layer knows what happened on the wire (peer lost, link down, timeout); this is
+  // where it gets the ranks' names, so a survivor's log says which peer and why. A peer's
+  // ABORT is a cascade of a failure reported where it started: not news.
+  if (word == 0) {
+    SN_WARN("NET : %s: connection %s: %s", info_.what.c_str(), state_ == State::kSetup ? "setup failed" : "failed",
+            s.message().c_str());
+    word = encodePoison(s.code() == ncclSuccess ? ncclInternalError : s.code(), info_.peer);
+  } else {
+    SN_INFO(log::kNet, "NET : %s: the peer aborted: %s", info_.what.c_str(), s.message().c_str());
+  }
+  state_ = State::kFailed;
+  inflight_.clear();
   abortCode_ = word;
   closeComm(abortCode_);
   if (ringDrained()) {

@@ -19,6 +19,26 @@ using sockwire::Frame;
 
 constexpr size_t kReadChunk = 4096;
 
+// What a socket errno means on the network, for the messages survivors see.
+const char* networkCause(int err) {
+  switch (err) {
+    case ETIMEDOUT:
+      return "the peer stopped acknowledging data for SNCCL_TIMEOUT/2 seconds: its link is down, the path between "
+             "the nodes is cut, or its host is gone";
+    case ECONNRESET:
+    case EPIPE:
+      return "the peer reset the connection: its process died or closed the socket";
+    case ENETDOWN:
+    case ENETUNREACH:
+      return "this node's network link is down or has no route to the peer";
+    case EHOSTUNREACH:
+    case EHOSTDOWN:
+      return "the peer's host is unreachable: link down or path cut";
+    default:
+      return "socket error";
+  }
+}
+
 // Non-blocking send/recv of up to n bytes: the count moved (0 when the socket would
 // block); *eof for a receive that found the stream closed.
 Result<size_t> sendSome(const sock::Socket& s, const char* p, size_t n) {
@@ -27,7 +47,9 @@ Result<size_t> sendSome(const sock::Socket& s, const char* p, size_t n) {
     if (k >= 0) return size_t(k);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
-    return RemoteError("send to %s failed: %s (errno %d)", s.peer().toString().c_str(), strerror(errno), errno);
+    int err = errno;
+    return RemoteError("send to %s failed: %s (errno %d): %s", s.peer().toString().c_str(), strerror(err), err,
+                       networkCause(err));
   }
 }
 
@@ -42,8 +64,9 @@ Result<size_t> recvSome(const sock::Socket& s, char* p, size_t n, bool* eof) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
-    return RemoteError("receive from %s failed: %s (errno %d)", s.peer().toString().c_str(), strerror(errno),
-                       errno);
+    int err = errno;
+    return RemoteError("receive from %s failed: %s (errno %d): %s", s.peer().toString().c_str(), strerror(err), err,
+                       networkCause(err));
   }
 }
 
@@ -92,7 +115,8 @@ Status Conn::fail(Status s) {
   s.addContext("NET/Socket " + what_);
   // After the peer's goodbye, failures are consequences of its close, not news; but the
   // answer to its goodbye should still reach it, or its close waits for its deadline.
-  if (!peerBye_) SN_WARN("%s", s.message().c_str());
+  // The proxy entry warns with the ranks' names; here only the transport's view, at INFO.
+  if (!peerBye_) SN_INFO(log::kNet, "%s", s.message().c_str());
   if (peerBye_ && outOff_ < out_.size()) {
     ssize_t k = ::send(ctrl_.fd(), out_.data() + outOff_, out_.size() - outOff_, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (k == ssize_t(out_.size() - outOff_) && shutAfterFlush_) ::shutdown(ctrl_.fd(), SHUT_WR);

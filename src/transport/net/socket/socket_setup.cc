@@ -39,8 +39,18 @@ void tuneSocket(int fd, int timeoutSec) {
   int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (timeoutSec > 0) {
-    unsigned ms = unsigned(std::min(timeoutSec, 4000000)) * 1000u;
+    // Half of SNCCL_TIMEOUT: a cut link or a vanished host then fails the connection with
+    // a network error (ETIMEDOUT, named as such) before the executor's own deadline turns
+    // it into an anonymous timeout. Keepalive probes cover idle connections (a receiver
+    // waiting for data has nothing unacknowledged); the kernel answers them for a peer
+    // that is merely slow or busy, so only a dead path or host trips this.
+    int half = std::max(1, std::min(timeoutSec, 4000000) / 2);
+    unsigned ms = unsigned(half) * 1000u;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+    int probe = std::clamp(half / 2, 1, 60);
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe, sizeof probe);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe, sizeof probe);
   }
 }
 

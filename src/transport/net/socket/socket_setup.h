@@ -19,8 +19,9 @@
 
 namespace snccl::net::socknet {
 
-// Socket options every connection socket gets (Nagle off; a user timeout so a cut link
-// fails in-flight sends instead of retransmitting for many minutes).
+// Socket options every connection socket gets: Nagle off; a user timeout of half of
+// SNCCL_TIMEOUT plus keepalive probes, so a cut link or a dead host fails the connection
+// with a network error (busy or idle) instead of retransmitting for many minutes.
 void tuneSocket(int fd, int timeoutSec);
 
 class SocketListen : public ListenComm {
