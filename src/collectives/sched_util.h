@@ -48,6 +48,12 @@ void resetSchedule(Schedule* out, CollKind coll, bool reduces);
 size_t addLane(Schedule* out, size_t* used);
 void finishLanes(Schedule* out, size_t used);
 
+// The start every single-lane AllReduce generator shares: resets `out` with the input
+// and output buffers and one lane. Zero elements leave no lane; one rank gets a final
+// Copy (Avg and PreMulSum must still be applied, even in place). Returns the lane's steps
+// to fill, or nullptr when the schedule is already complete.
+std::vector<Step>* beginAllReduce(const CollArgs& args, Schedule* out);
+
 // What each prim touches (schedule.h): the connection it reads, the one it writes, the
 // local operand it reads (src) and the local buffer it stores to (dst).
 inline bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy; }

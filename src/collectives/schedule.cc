@@ -100,5 +100,23 @@ size_t addLane(Schedule* out, size_t* used) {
 
 void finishLanes(Schedule* out, size_t used) { out->lanes.resize(used); }
 
+std::vector<Step>* beginAllReduce(const CollArgs& a, Schedule* out) {
+  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
+  out->bufs.push_back({BufRole::kInput, a.count});
+  out->bufs.push_back({BufRole::kOutput, a.count});
+  size_t used = 0;
+  if (a.count == 0) {
+    finishLanes(out, 0);
+    return nullptr;
+  }
+  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
+  finishLanes(out, used);
+  if (a.nranks == 1) {
+    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
+    return nullptr;
+  }
+  return &steps;
+}
+
 }  // namespace sched
 }  // namespace snccl

@@ -19,20 +19,9 @@ using namespace sched;
 Status directAllReducePair(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kAllReduce));
   if (a.nranks > 2) return InvalidUsage("the direct AllReduce handles 1 or 2 ranks, not %d", a.nranks);
-  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, a.count});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
-  if (a.nranks == 1) {
-    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
-    return OkStatus();
-  }
+  std::vector<Step>* lane = beginAllReduce(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const int peer = 1 - a.rank;
   steps.reserve(2 * ceilDiv(a.count, a.chunkElems));
   for (size_t lo = 0; lo < a.count; lo += a.chunkElems) {

@@ -139,21 +139,9 @@ Status hierAllReduce(const CollArgs& a, const ChannelPlan& plan, Schedule* out) 
     return InvalidArgument("hierarchical AllReduce: %zu hosts for %d ranks", plan.hosts.size(), a.nranks);
   const Layout l = makeLayout(a, plan);
   if (!l.even) return ringAllReduce(a, plan, out);
-  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, a.count});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
-  if (a.nranks == 1) {
-    // Always a final Copy, even in place: Avg and PreMulSum must still be applied.
-    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
-    return OkStatus();
-  }
+  std::vector<Step>* lane = beginAllReduce(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const size_t L = l.local.size(), N = l.rail.size();
   const BlockSplit split(a.count, L);
   const size_t mine = mod(l.localPos + 1, L);  // the block this rank's rail reduces

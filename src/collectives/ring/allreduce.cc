@@ -35,22 +35,10 @@ Status ringAllReduce(const CollArgs& a, const ChannelPlan& plan, Schedule* out) 
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kAllReduce));
   RingOrder ring;
   SNCCL_TRY(RingOrder::make(a, plan, &ring));
-  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, a.count});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
+  std::vector<Step>* lane = beginAllReduce(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const int n = a.nranks;
-  if (n == 1) {
-    // Always a final Copy, even in place: Avg and PreMulSum must still be applied.
-    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
-    return OkStatus();
-  }
   const int pos = ring.myPos();
   const int next = ring.rankAt(pos + 1), prev = ring.rankAt(pos - 1);
   const BlockSplit split(a.count, static_cast<size_t>(n));

@@ -76,22 +76,10 @@ void treeChunk(const TreeNode& t, bool up, size_t off, size_t c, std::vector<Ste
 
 Status treeAllReduce(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kAllReduce));
-  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, a.count});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
+  std::vector<Step>* lane = beginAllReduce(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const int n = a.nranks;
-  if (n == 1) {
-    // Always a final Copy, even in place: Avg and PreMulSum must still be applied.
-    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
-    return OkStatus();
-  }
   const TreeNode trees[2] = {dtreeNode(n, a.rank, 0), dtreeNode(n, a.rank, 1)};
   const BlockSplit halves(a.count, 2);
   const size_t chunks[2] = {ceilDiv(halves.size(0), a.chunkElems), ceilDiv(halves.size(1), a.chunkElems)};
