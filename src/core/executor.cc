@@ -177,7 +177,12 @@ Status CommRunner::checkBlocked() {
   if (blockedConn_ != nullptr) {
     int peer = blockedConn_->peer();
     const PeerInfo& pi = comm_->peers[peer];
-    if (uint32_t word = blockedConn_->poisoned()) {
+    // Every failure below is checked against readiness after it was observed: a peer
+    // posts before it dies, aborts or poisons, so a message or credit it left is there
+    // by now, and the op must first consume it (the peer may simply have finished).
+    uint32_t word = blockedConn_->poisoned();
+    if (word != 0 && blockedConn_->ready(blockedSender_)) return OkStatus();
+    if (word != 0) {
       int origin = poisonOrigin(word);
       if (origin >= 0 && origin < comm_->nranks) comm_->culprit.store(origin);
       std::string cause = origin >= 0 && origin != peer && origin < comm_->nranks
@@ -192,7 +197,7 @@ Status CommRunner::checkBlocked() {
       lastLivenessCheckNs_ = now;
       // A peer that aborted before it connected its end cannot poison this connection;
       // its abort notice comes through the bootstrap.
-      if (comm_->bootstrap && comm_->bootstrap->peerAborted(peer)) {
+      if (comm_->bootstrap && comm_->bootstrap->peerAborted(peer) && !blockedConn_->ready(blockedSender_)) {
         comm_->culprit.store(peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator while this rank "
                            "waited for %s it",
@@ -201,7 +206,7 @@ Status CommRunner::checkBlocked() {
       }
     }
     if (blockedConn_->peerPid() != 0 && lastLivenessCheckNs_ == now) {
-      if (processGone(blockedConn_->peerPid())) {
+      if (processGone(blockedConn_->peerPid()) && !blockedConn_->ready(blockedSender_)) {
         comm_->culprit.store(peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) exited while this rank waited for %s it",
                            op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,

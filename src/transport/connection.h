@@ -86,6 +86,15 @@ class Connection {
   // Receiver: frees the slot returned by tryRecvSlot.
   void release();
 
+  // Whether what this end waits for is there: a message (receiver) or a free slot
+  // (sender). A peer that finished, then exited or aborted, may have posted its last
+  // messages before it went: they are still to be consumed, so its death only matters
+  // while this is false.
+  bool ready(bool sender) const {
+    return sender ? ctrl_->head.load(std::memory_order_acquire) + nsteps_ > step_
+                  : ctrl_->tail.load(std::memory_order_acquire) > step_;
+  }
+
   // Sleeps until the counter this end waits for moves, the connection is poisoned, or
   // timeoutUs passes. `sender` says which end we are.
   void sleep(bool sender, int64_t timeoutUs);
