@@ -53,6 +53,11 @@ void finishLanes(Schedule* out, size_t used);
 // Copy (Avg and PreMulSum must still be applied, even in place). Returns the lane's steps
 // to fill, or nullptr when the schedule is already complete.
 std::vector<Step>* beginAllReduce(const CollArgs& args, Schedule* out);
+// The same for single-lane Broadcast generators (input only on the root; no lane when
+// there is nothing to move or copy) ...
+std::vector<Step>* beginBroadcast(const CollArgs& args, Schedule* out);
+// ... and Reduce generators (output only on the root; no lane for zero elements).
+std::vector<Step>* beginReduce(const CollArgs& args, Schedule* out);
 
 // What each prim touches (schedule.h): the connection it reads, the one it writes, the
 // local operand it reads (src) and the local buffer it stores to (dst).

@@ -118,5 +118,35 @@ std::vector<Step>* beginAllReduce(const CollArgs& a, Schedule* out) {
   return &steps;
 }
 
+std::vector<Step>* beginBroadcast(const CollArgs& a, Schedule* out) {
+  resetSchedule(out, CollKind::kBroadcast, /*reduces=*/false);
+  const bool isRoot = a.rank == a.root;
+  out->bufs.push_back({BufRole::kInput, isRoot ? a.count : 0});
+  out->bufs.push_back({BufRole::kOutput, a.count});
+  const bool rootCopies = isRoot && !a.inPlace;
+  size_t used = 0;
+  if (a.count == 0 || (a.nranks == 1 && !rootCopies)) {
+    finishLanes(out, 0);
+    return nullptr;
+  }
+  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
+  finishLanes(out, used);
+  return &steps;
+}
+
+std::vector<Step>* beginReduce(const CollArgs& a, Schedule* out) {
+  resetSchedule(out, CollKind::kReduce, /*reduces=*/true);
+  out->bufs.push_back({BufRole::kInput, a.count});
+  out->bufs.push_back({BufRole::kOutput, a.rank == a.root ? a.count : 0});
+  size_t used = 0;
+  if (a.count == 0) {
+    finishLanes(out, 0);
+    return nullptr;
+  }
+  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
+  finishLanes(out, used);
+  return &steps;
+}
+
 }  // namespace sched
 }  // namespace snccl

@@ -16,18 +16,10 @@ Status ringBroadcast(const CollArgs& a, const ChannelPlan& plan, Schedule* out) 
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kBroadcast));
   RingOrder ring;
   SNCCL_TRY(RingOrder::make(a, plan, &ring));
-  resetSchedule(out, CollKind::kBroadcast, /*reduces=*/false);
-  const bool isRoot = a.rank == a.root;
-  out->bufs.push_back({BufRole::kInput, isRoot ? a.count : 0});
-  out->bufs.push_back({BufRole::kOutput, a.count});
-  const bool rootCopies = isRoot && !a.inPlace;
-  size_t used = 0;
-  if (a.count == 0 || (a.nranks == 1 && !rootCopies)) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
+  std::vector<Step>* lane = beginBroadcast(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
+  const bool rootCopies = a.rank == a.root && !a.inPlace;
   const int n = a.nranks;
   const int k = ((ring.myPos() - ring.rootPos()) % n + n) % n;
   const int next = ring.rankAt(ring.myPos() + 1), prev = ring.rankAt(ring.myPos() - 1);

@@ -17,17 +17,9 @@ Status ringReduce(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kReduce));
   RingOrder ring;
   SNCCL_TRY(RingOrder::make(a, plan, &ring));
-  resetSchedule(out, CollKind::kReduce, /*reduces=*/true);
-  const bool isRoot = a.rank == a.root;
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, isRoot ? a.count : 0});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
+  std::vector<Step>* lane = beginReduce(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const int n = a.nranks;
   if (n == 1) {
     // A final Copy even in place: Avg and PreMulSum must still be applied.

@@ -36,18 +36,11 @@ TreeNode rootedNode(const CollArgs& a) {
 
 Status treeBroadcast(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kBroadcast));
-  resetSchedule(out, CollKind::kBroadcast, /*reduces=*/false);
+  std::vector<Step>* lane = beginBroadcast(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const bool isRoot = a.rank == a.root;
-  out->bufs.push_back({BufRole::kInput, isRoot ? a.count : 0});
-  out->bufs.push_back({BufRole::kOutput, a.count});
   const bool rootCopies = isRoot && !a.inPlace;
-  size_t used = 0;
-  if (a.count == 0 || (a.nranks == 1 && !rootCopies)) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
   const TreeNode t = rootedNode(a);
   const int c0 = t.children[0], c1 = t.children[1];
   const size_t iters = a.nranks > 1 ? ceilDiv(a.count, a.chunkElems) : 0;
@@ -70,17 +63,10 @@ Status treeBroadcast(const CollArgs& a, const ChannelPlan& plan, Schedule* out) 
 
 Status treeReduce(const CollArgs& a, const ChannelPlan& plan, Schedule* out) {
   SNCCL_TRY(checkCollArgs(a, plan, CollKind::kReduce));
-  resetSchedule(out, CollKind::kReduce, /*reduces=*/true);
+  std::vector<Step>* lane = beginReduce(a, out);
+  if (lane == nullptr) return OkStatus();
+  std::vector<Step>& steps = *lane;
   const bool isRoot = a.rank == a.root;
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, isRoot ? a.count : 0});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return OkStatus();
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
   const TreeNode t = rootedNode(a);
   const int c0 = t.children[0], c1 = t.children[1];
   // A non-root rank with two children keeps its first partial sum of a chunk here; the
