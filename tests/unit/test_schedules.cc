@@ -16,6 +16,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/checker.h"
+#include "sched_test_args.h"
 
 namespace snccl {
 namespace {
@@ -192,41 +193,31 @@ TEST(Registry, EveryCollectiveHasADefault) {
   EXPECT_STREQ(primName(Prim::kRecvReduceCopySend), "RecvReduceCopySend");
 }
 
-CollArgs args(CollKind k, int rank, int n, size_t count, size_t chunk, int root = 0, bool inPlace = false) {
-  CollArgs a;
-  a.coll = k;
-  a.rank = rank;
-  a.nranks = n;
-  a.count = count;
-  a.chunkElems = chunk;
-  a.root = root;
-  a.inPlace = inPlace;
-  return a;
-}
+using testing::collArgs;
 
 TEST(Generators, RejectBadArguments) {
   const AlgorithmDef* ar = defaultAlgorithm(CollKind::kAllReduce);
   const AlgorithmDef* bc = defaultAlgorithm(CollKind::kBroadcast);
   Schedule s;
-  EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 0, 4, 8, 0), {}, &s).code(), ncclInvalidArgument);
-  EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 4, 4, 8, 2), {}, &s).code(), ncclInvalidArgument);
-  EXPECT_EQ(ar->generate(args(CollKind::kBroadcast, 0, 4, 8, 2), {}, &s).code(), ncclInvalidArgument);
-  EXPECT_EQ(bc->generate(args(CollKind::kBroadcast, 0, 4, 8, 2, 4), {}, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(ar->generate(collArgs(CollKind::kAllReduce, 0, 4, 8, 0), {}, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(ar->generate(collArgs(CollKind::kAllReduce, 4, 4, 8, 2), {}, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(ar->generate(collArgs(CollKind::kBroadcast, 0, 4, 8, 2), {}, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(bc->generate(collArgs(CollKind::kBroadcast, 0, 4, 8, 2, 4), {}, &s).code(), ncclInvalidArgument);
   ChannelPlan shortRing{{0, 1, 2}, {}};
-  EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 0, 4, 8, 2), shortRing, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(ar->generate(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), shortRing, &s).code(), ncclInvalidArgument);
   ChannelPlan noRank3{{0, 1, 2, 2}, {}};
-  EXPECT_EQ(ar->generate(args(CollKind::kAllReduce, 3, 4, 8, 2), noRank3, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(ar->generate(collArgs(CollKind::kAllReduce, 3, 4, 8, 2), noRank3, &s).code(), ncclInvalidArgument);
 }
 
 TEST(Generators, ReuseScheduleCapacity) {
   const AlgorithmDef* ar = defaultAlgorithm(CollKind::kAllReduce);
   Schedule s;
-  ASSERT_TRUE(ar->generate(args(CollKind::kAllReduce, 1, 8, 4096, 64), {}, &s).ok());
+  ASSERT_TRUE(ar->generate(collArgs(CollKind::kAllReduce, 1, 8, 4096, 64), {}, &s).ok());
   ASSERT_EQ(s.lanes.size(), 1u);
   const Step* data = s.lanes[0].steps.data();
   const size_t steps = s.lanes[0].steps.size();
   EXPECT_EQ(steps, 8u * 15u);  // 8 iterations of 2n-1 steps
-  ASSERT_TRUE(ar->generate(args(CollKind::kAllReduce, 2, 8, 4000, 64), {}, &s).ok());
+  ASSERT_TRUE(ar->generate(collArgs(CollKind::kAllReduce, 2, 8, 4000, 64), {}, &s).ok());
   EXPECT_EQ(s.lanes[0].steps.data(), data) << "step storage must be reused";
   // Expected NCCL-style step order of one iteration.
   const Prim want[] = {Prim::kSend, Prim::kRecvReduceSend, Prim::kRecvReduceSend, Prim::kRecvReduceSend,
@@ -241,7 +232,7 @@ TEST(Generators, ReuseScheduleCapacity) {
 TEST(Generators, SingleRankReductionsStillFinalize) {
   Schedule s;
   for (CollKind k : {CollKind::kAllReduce, CollKind::kReduce, CollKind::kReduceScatter}) {
-    ASSERT_TRUE(defaultAlgorithm(k)->generate(args(k, 0, 1, 5, 2, 0, true), {}, &s).ok());
+    ASSERT_TRUE(defaultAlgorithm(k)->generate(collArgs(k, 0, 1, 5, 2, 0, true), {}, &s).ok());
     ASSERT_EQ(s.lanes.size(), 1u);
     ASSERT_EQ(s.lanes[0].steps.size(), 1u);
     EXPECT_EQ(s.lanes[0].steps[0].prim, Prim::kCopy);
@@ -271,20 +262,20 @@ void expectError(const Status& st, const std::string& needle) {
 
 TEST(Checker, DroppedSendDeadlocks) {
   // Without its first Send every rank starts by waiting for its predecessor: a cycle.
-  Status st = checkMutated(args(CollKind::kAllReduce, 0, 4, 8, 2), [](int, Schedule* s) {
+  Status st = checkMutated(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), [](int, Schedule* s) {
     s->lanes[0].steps.erase(s->lanes[0].steps.begin());
   });
   expectError(st, "deadlock: 4 of 4 lanes cannot progress");
   expectError(st, "rank 1 lane 0 step 0/6 (RecvReduceSend of 2 from rank 0 to rank 2): waits for message #1 "
                   "from rank 0, which has sent 0");
   // Dropped on one rank only, the messages shift and the data goes wrong instead.
-  EXPECT_FALSE(checkMutated(args(CollKind::kAllReduce, 0, 4, 8, 2), [](int r, Schedule* s) {
+  EXPECT_FALSE(checkMutated(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), [](int r, Schedule* s) {
                  if (r == 0) s->lanes[0].steps.erase(s->lanes[0].steps.begin());
                }).ok());
 }
 
 TEST(Checker, DroppedReceiveLeavesMessages) {
-  Status st = checkMutated(args(CollKind::kAllReduce, 0, 4, 8, 2), [](int r, Schedule* s) {
+  Status st = checkMutated(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), [](int r, Schedule* s) {
     if (r == 2) s->lanes[0].steps.pop_back();
   });
   expectError(st, "messages nobody receives");
@@ -309,7 +300,7 @@ TEST(Checker, SlotsBoundTheConnection) {
     out->lanes[1].steps.push_back(Step{Prim::kCopy, false, -1, -1, {0, r * count}, {1, r * count}, count});
     return OkStatus();
   };
-  CollArgs a = args(CollKind::kAlltoAll, 0, 2, 20, 1);
+  CollArgs a = collArgs(CollKind::kAlltoAll, 0, 2, 20, 1);
   expectError(checkCollective(a, gen), "waits for a free slot to rank");
   CheckOptions big;
   big.slots = 32;
@@ -336,11 +327,11 @@ TEST(Checker, DoubledContributionIsCaught) {
     }
     return OkStatus();
   };
-  expectError(checkCollective(args(CollKind::kReduce, 0, 3, 1, 1), gen), "entered it twice");
+  expectError(checkCollective(collArgs(CollKind::kReduce, 0, 3, 1, 1), gen), "entered it twice");
 }
 
 TEST(Checker, MissingFinalIsCaught) {
-  Status st = checkMutated(args(CollKind::kAllReduce, 0, 4, 8, 2), [](int r, Schedule* s) {
+  Status st = checkMutated(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), [](int r, Schedule* s) {
     if (r == 2) {
       for (Step& x : s->lanes[0].steps) x.final = false;
     }
@@ -350,19 +341,19 @@ TEST(Checker, MissingFinalIsCaught) {
 }
 
 TEST(Checker, DoubleFinalAndEarlyFinalAreCaught) {
-  expectError(checkMutated(args(CollKind::kAllReduce, 0, 4, 8, 2),
+  expectError(checkMutated(collArgs(CollKind::kAllReduce, 0, 4, 8, 2),
                            [](int r, Schedule* s) {
                              if (r == 1) {
                                for (Step& x : s->lanes[0].steps) x.final |= x.prim == Prim::kRecvCopySend;
                              }
                            }),
               "finalizes a value twice");
-  expectError(checkMutated(args(CollKind::kReduceScatter, 0, 4, 3, 2),
+  expectError(checkMutated(collArgs(CollKind::kReduceScatter, 0, 4, 3, 2),
                            [](int r, Schedule* s) {
                              if (r == 1) s->lanes[0].steps[1].final = true;  // a RecvReduceSend
                            }),
               "partial sum of 2 of 4");
-  expectError(checkMutated(args(CollKind::kAllReduce, 0, 4, 8, 2),
+  expectError(checkMutated(collArgs(CollKind::kAllReduce, 0, 4, 8, 2),
                            [](int r, Schedule* s) {
                              if (r != 1) return;
                              for (Step& x : s->lanes[0].steps) {
@@ -374,7 +365,7 @@ TEST(Checker, DoubleFinalAndEarlyFinalAreCaught) {
                              }
                            }),
               "reduces a value that was already finalized");
-  expectError(checkMutated(args(CollKind::kBroadcast, 0, 3, 4, 2),
+  expectError(checkMutated(collArgs(CollKind::kBroadcast, 0, 3, 4, 2),
                            [](int r, Schedule* s) {
                              if (r == 0) s->lanes[0].steps[0].final = true;
                            }),
@@ -382,25 +373,25 @@ TEST(Checker, DoubleFinalAndEarlyFinalAreCaught) {
 }
 
 TEST(Checker, WrongOffsetIsCaught) {
-  Status st = checkMutated(args(CollKind::kAllGather, 0, 3, 10, 4), [](int r, Schedule* s) {
+  Status st = checkMutated(collArgs(CollKind::kAllGather, 0, 3, 10, 4), [](int r, Schedule* s) {
     if (r == 1) s->lanes[0].steps[2].dst.offset += 1;  // a Recv lands one element late
   });
   expectError(st, "rank 1 Output[");
-  st = checkMutated(args(CollKind::kAllGather, 0, 3, 10, 4), [](int r, Schedule* s) {
+  st = checkMutated(collArgs(CollKind::kAllGather, 0, 3, 10, 4), [](int r, Schedule* s) {
     if (r == 1) s->lanes[0].steps[2].dst.offset = 28;
   });
   expectError(st, "out of bounds");
 }
 
 TEST(Checker, MismatchedCountsAreCaught) {
-  Status st = checkMutated(args(CollKind::kBroadcast, 0, 3, 10, 4), [](int r, Schedule* s) {
+  Status st = checkMutated(collArgs(CollKind::kBroadcast, 0, 3, 10, 4), [](int r, Schedule* s) {
     if (r == 0) s->lanes[0].steps[0].count = 3;
   });
   expectError(st, "receives 4 elements but message #1 from rank 0 carries 3");
 }
 
 TEST(Checker, MalformedStepsAreCaught) {
-  const CollArgs bc = args(CollKind::kBroadcast, 0, 3, 10, 4);
+  const CollArgs bc = collArgs(CollKind::kBroadcast, 0, 3, 10, 4);
   expectError(checkMutated(bc, [](int r, Schedule* s) { if (r == 2) s->lanes[0].steps[0].count = 0; }),
               "zero-count");
   CollArgs bigChunks = bc;
@@ -433,8 +424,8 @@ TEST(Checker, MalformedStepsAreCaught) {
 TEST(Checker, InPlaceHazardsAreCaught) {
   // The out-of-place alltoall receives into blocks that other lanes still have to send.
   const AlgorithmDef* a2a = defaultAlgorithm(CollKind::kAlltoAll);
-  Status st = checkCollective(args(CollKind::kAlltoAll, 0, 4, 6, 2, 0, true), [&](int r, Schedule* out) {
-    return a2a->generate(args(CollKind::kAlltoAll, r, 4, 6, 2, 0, false), {}, out);
+  Status st = checkCollective(collArgs(CollKind::kAlltoAll, 0, 4, 6, 2, 0, true), [&](int r, Schedule* out) {
+    return a2a->generate(collArgs(CollKind::kAlltoAll, r, 4, 6, 2, 0, false), {}, out);
   });
   expectError(st, "lanes are not ordered");
   // One lane per rank: send block r+i, then receive block r-i. Correct out of place; in
@@ -453,8 +444,8 @@ TEST(Checker, InPlaceHazardsAreCaught) {
     }
     return OkStatus();
   };
-  EXPECT_FALSE(checkCollective(args(CollKind::kAlltoAll, 0, 4, 2, 2, 0, false), oneLane).ok());  // no self copy
-  st = checkCollective(args(CollKind::kAlltoAll, 0, 4, 2, 2, 0, true), oneLane);
+  EXPECT_FALSE(checkCollective(collArgs(CollKind::kAlltoAll, 0, 4, 2, 2, 0, false), oneLane).ok());  // no self copy
+  st = checkCollective(collArgs(CollKind::kAlltoAll, 0, 4, 2, 2, 0, true), oneLane);
   expectError(st, "output elements are wrong");
   expectError(st, "got Input[");
 }

@@ -12,21 +12,12 @@
 #include "collectives/algorithm.h"
 #include "collectives/checker.h"
 #include "collectives/tree/btree.h"
+#include "sched_test_args.h"
 
 namespace snccl {
 namespace {
 
-CollArgs args(CollKind k, int rank, int n, size_t count, size_t chunk, int root = 0, bool inPlace = false) {
-  CollArgs a;
-  a.coll = k;
-  a.rank = rank;
-  a.nranks = n;
-  a.count = count;
-  a.chunkElems = chunk;
-  a.root = root;
-  a.inPlace = inPlace;
-  return a;
-}
+using testing::collArgs;
 
 // ---- Tree algorithms: shapes and large or odd rank counts beyond the sampled matrix.
 
@@ -88,7 +79,7 @@ TEST(Trees, AllReduceAtManyRankCounts) {
         for (int slots : {2, 8}) {
           for (bool inPlace : {false, true}) {
             if (n >= 4096 && (inPlace || slots == 8)) continue;  // the largest ones once each
-            CollArgs a = args(CollKind::kAllReduce, 0, n, count, chunk, 0, inPlace);
+            CollArgs a = collArgs(CollKind::kAllReduce, 0, n, count, chunk, 0, inPlace);
             CheckOptions opts;
             opts.slots = slots;
             Status st = checkAlgorithm(*algo, a, {}, opts);
@@ -115,7 +106,7 @@ TEST(Trees, BroadcastAndReduceAtManyRankCounts) {
           for (size_t chunk : {size_t{1}, size_t{64}}) {
             for (bool inPlace : {false, true}) {
               if (n >= 1000 && (count > 7 || chunk == 1 || inPlace)) continue;
-              CollArgs a = args(k, 0, n, count, chunk, root, inPlace);
+              CollArgs a = collArgs(k, 0, n, count, chunk, root, inPlace);
               CheckOptions opts;
               opts.slots = 2;
               Status st = checkAlgorithm(*algo, a, {}, opts);
@@ -145,7 +136,7 @@ TEST(Trees, AllReducePipelinesAcrossLevels) {
     ASSERT_TRUE(false) << "rank " << r << " is a leaf of both trees";
   }
   // Rank 1 is a leaf at the deepest level (4) of tree 0.
-  ASSERT_TRUE(algo->generate(args(CollKind::kAllReduce, 1, n, 64 * 4, 4), {}, &s).ok());
+  ASSERT_TRUE(algo->generate(collArgs(CollKind::kAllReduce, 1, n, 64 * 4, 4), {}, &s).ok());
   ASSERT_EQ(s.lanes.size(), 1u);
   size_t sendsToParentBeforeFirstRecv = 0;
   const int parent = sched::dtreeNode(n, 1, 0).parent;
@@ -186,7 +177,7 @@ TEST(Hier, EvenNodesAtManyShapes) {
           for (bool inPlace : {false, true}) {
             const bool contiguous = (count + chunk) % 2 == 0;
             if (n >= 1000 && (inPlace == contiguous || (n > 1024 && slots == 8))) continue;
-            CollArgs a = args(CollKind::kAllReduce, 0, n, count, chunk, 0, inPlace);
+            CollArgs a = collArgs(CollKind::kAllReduce, 0, n, count, chunk, 0, inPlace);
             CheckOptions opts;
             opts.slots = slots;
             Status st = checkAlgorithm(*algo, a, nodesPlan(nodes, perNode, contiguous), opts);
@@ -212,7 +203,7 @@ TEST(Hier, OnlyRailsCrossNodes) {
   const size_t count = 4 * 4 * 100;
   Schedule s;
   for (int r = 0; r < 16; ++r) {
-    ASSERT_TRUE(algo->generate(args(CollKind::kAllReduce, r, 16, count, 64), plan, &s).ok());
+    ASSERT_TRUE(algo->generate(collArgs(CollKind::kAllReduce, r, 16, count, 64), plan, &s).ok());
     size_t remote = 0;
     for (const Lane& lane : s.lanes) {
       for (const Step& st : lane.steps) {
@@ -240,8 +231,8 @@ TEST(Hier, UnevenNodesFallBackToRing) {
     for (size_t count : {size_t{1}, size_t{23}}) {
       Schedule h, g;
       for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(hier->generate(args(CollKind::kAllReduce, r, n, count, 4), plan, &h).ok());
-        ASSERT_TRUE(ring->generate(args(CollKind::kAllReduce, r, n, count, 4), plan, &g).ok());
+        ASSERT_TRUE(hier->generate(collArgs(CollKind::kAllReduce, r, n, count, 4), plan, &h).ok());
+        ASSERT_TRUE(ring->generate(collArgs(CollKind::kAllReduce, r, n, count, 4), plan, &g).ok());
         ASSERT_EQ(h.lanes.size(), g.lanes.size());
         ASSERT_EQ(h.lanes[0].steps.size(), g.lanes[0].steps.size()) << "n=" << n << " rank " << r;
         for (size_t i = 0; i < h.lanes[0].steps.size(); ++i) {
@@ -249,7 +240,7 @@ TEST(Hier, UnevenNodesFallBackToRing) {
           EXPECT_EQ(h.lanes[0].steps[i].sendPeer, g.lanes[0].steps[i].sendPeer);
         }
       }
-      Status st = checkAlgorithm(*hier, args(CollKind::kAllReduce, 0, n, count, 4), plan);
+      Status st = checkAlgorithm(*hier, collArgs(CollKind::kAllReduce, 0, n, count, 4), plan);
       EXPECT_TRUE(st.ok()) << st.message();
     }
   }
@@ -257,7 +248,7 @@ TEST(Hier, UnevenNodesFallBackToRing) {
   ChannelPlan bad;
   bad.hosts = {1, 1, 2};
   Schedule s;
-  EXPECT_EQ(hier->generate(args(CollKind::kAllReduce, 0, 4, 8, 2), bad, &s).code(), ncclInvalidArgument);
+  EXPECT_EQ(hier->generate(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), bad, &s).code(), ncclInvalidArgument);
 }
 
 TEST(Selection, TreeAndHierOnlyWhenForced) {
