@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "collectives/algorithm.h"
+#include "collectives/tuning/selector.h"
 #include "common/params.h"
 #include "snccl/nccl.h"
 #include "snccl/snccl.h"
@@ -48,7 +50,7 @@ void printTransports() {
 }
 
 void printAlgorithms() {
-  std::printf("# Algorithms: collective name family (the first listed per collective is its default)\n");
+  std::printf("# Algorithms: collective name family (the cost model picks one per call: sn_info --model)\n");
   for (const AlgorithmDef& a : algorithms())
     std::printf("%-14s %-8s %-8s %s\n", collName(a.coll), a.name, a.family, a.help);
 }
@@ -97,19 +99,48 @@ int printTopology() {
   return 0;
 }
 
+// The cost model's decision tables (the TUNING log's, without a communicator) for a
+// shape: this host as one node of --nranks processes (default 8), or --nodes emulated
+// nodes; --threads for ranks that are threads of one process.
+int printModel(int nranks, int nnodes, bool threads) {
+  if (nranks < 1 || nnodes < 1 || nnodes > nranks) {
+    std::fprintf(stderr, "sn_info --model: need 1 <= --nodes <= --nranks\n");
+    return 2;
+  }
+  const int64_t steps = params::getInt(params::Id::Steps);
+  const size_t slot = size_t(params::getInt(params::Id::BuffSize) / (steps > 0 ? steps : 8) / 64 * 64);
+  const tuning::Tuner t =
+      tuning::makeTuner(tuning::evenShape(nranks, nnodes, threads ? tuning::LinkClass::kLocal : tuning::LinkClass::kShm),
+                        slot, tuning::hostDefaults(), tuning::processOverrides());
+  std::printf("# Cost model (predicted us per algorithm; SNCCL_ALGO applied)\n%s\n", tuning::describeTuner(t).c_str());
+  for (CollKind c : tuning::tunedCollectives())
+    for (const std::string& line : tuning::decisionTable(t, c)) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
 int usage(const char* argv0, int rc) {
   std::fprintf(rc == 0 ? stdout : stderr,
                "usage: %s [--params] [--transports] [--algorithms] [--topology] [--help]\n"
-               "Prints the version, host identity and the selected lists (default: all).\n",
-               argv0);
+               "       %s --model [--nranks N] [--nodes M] [--threads]\n"
+               "Prints the version, host identity and the selected lists (default: all);\n"
+               "--model prints the cost model's decision tables for N ranks on M nodes of this host kind.\n",
+               argv0, argv0);
   return rc;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool params = false, trans = false, algos = false, topology = false;
+  bool params = false, trans = false, algos = false, topology = false, model = false, threads = false;
+  int nranks = 8, nnodes = 1;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--model") == 0) { model = true; continue; }
+    if (std::strcmp(argv[i], "--threads") == 0) { threads = true; continue; }
+    if ((std::strcmp(argv[i], "--nranks") == 0 || std::strcmp(argv[i], "--nodes") == 0) && i + 1 < argc) {
+      (argv[i][2] == 'n' && argv[i][3] == 'r' ? nranks : nnodes) = std::atoi(argv[i + 1]);
+      ++i;
+      continue;
+    }
     if (std::strcmp(argv[i], "--params") == 0) params = true;
     else if (std::strcmp(argv[i], "--transports") == 0) trans = true;
     else if (std::strcmp(argv[i], "--algorithms") == 0) algos = true;
@@ -117,6 +148,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return usage(argv[0], 0);
     else return usage(argv[0], 2);
   }
+  if (model) return printModel(nranks, nnodes, threads);
   if (!params && !trans && !algos && !topology) params = trans = algos = topology = true;
   printVersion();
   if (params) printParams();

@@ -98,8 +98,13 @@ SNCCL_API(ncclResult_t, ncclGroupEnd) { return apiResult(groupEnd(), "ncclGroupE
 // Needs the cost model (algorithm selection issue); until then it says so and launches
 // nothing, as the call requires.
 SNCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
-  groupDiscard();
-  return apiResult(InvalidUsage("ncclGroupSimulateEnd is not implemented yet in snccl (it needs the cost model); "
-                                "the group's operations were discarded"),
-                   "ncclGroupSimulateEnd");
+  if (simInfo == nullptr || simInfo->magic != 0x74685283u) {
+    groupDiscard();
+    return apiResult(InvalidArgument("simInfo is NULL or not initialised with NCCL_SIM_INFO_INITIALIZER"),
+                     "ncclGroupSimulateEnd");
+  }
+  Result<double> us = groupSimulateEnd();
+  if (!us.ok()) return apiResult(us.status(), "ncclGroupSimulateEnd");
+  simInfo->estimatedTime = static_cast<float>(us.value());
+  return ncclSuccess;
 }

@@ -14,7 +14,7 @@ using GenerateFn = Status (*)(const CollArgs& args, const ChannelPlan& plan, Sch
 
 struct AlgorithmDef {
   const char* name;    // e.g. "ring"
-  const char* family;  // "ring", "tree", "hierarchical", "direct", "p2p"
+  const char* family;  // "ring", "tree", "hierarchical", "direct", "rd", "p2p"
   CollKind coll;
   const char* help;    // one line for sn_info
   GenerateFn generate;
@@ -24,10 +24,7 @@ struct AlgorithmDef {
 std::span<const AlgorithmDef> algorithms();
 // The default algorithm for a collective (until the selector exists: the first listed).
 const AlgorithmDef* defaultAlgorithm(CollKind coll);
-// The algorithm for one call: SNCCL_ALGO when it names one that fits, else the fastest
-// fit by a simple rule (direct exchange for small 2-rank AllReduce, ring otherwise).
-// The cost-model selector replaces the rule later.
-const AlgorithmDef* selectAlgorithm(CollKind coll, int nranks, size_t bytes, const char* forced);
+// The algorithm for one call is chosen by the selector (tuning/selector.h).
 const AlgorithmDef* findAlgorithm(CollKind coll, const char* name);
 
 // Schedule for a group of send/recv operations of one rank, in the order they were

@@ -6,7 +6,7 @@
 
 namespace snccl {
 
-// Generators, one per file under ring/, tree/, hier/, direct/ and p2p/.
+// Generators, one per file under ring/, tree/, hier/, direct/, rd/ and p2p/.
 Status ringAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringReduce(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -16,7 +16,8 @@ Status treeAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status treeBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
 Status treeReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status hierAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
-Status directAllReducePair(const CollArgs&, const ChannelPlan&, Schedule*);
+Status directAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status rdAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pAlltoAll(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pGather(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pScatter(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -39,11 +40,16 @@ constexpr AlgorithmDef kAlgorithms[] = {
     {"tree", "tree", CollKind::kReduce, "pipelined binary tree summing into the root; log2(n) hops per chunk",
      treeReduce},
     {"hier", "hierarchical", CollKind::kAllReduce,
-     "per node reduce-scatter, ring allreduce across nodes per local rank, all-gather; uneven nodes: ring",
+     "per node reduce-scatter, ring allreduce across nodes per local rank, all-gather; uneven nodes: as many "
+     "rails as the smallest node has ranks",
      hierAllReduce},
     {"direct", "direct", CollKind::kAllReduce,
-     "2 ranks: exchange whole inputs and combine, one message latency; for small messages", directAllReducePair,
-     2},
+     "2 ranks: exchange whole inputs, one message latency; 3-8: direct reduce-scatter + all-gather, two; small "
+     "messages",
+     directAllReduce, 8},
+    {"rd", "rd", CollKind::kAllReduce,
+     "recursive doubling: log2(n) rounds exchanging whole vectors (non-powers of 2 fold in/out); small messages",
+     rdAllReduce},
     {"p2p", "p2p", CollKind::kAlltoAll, "direct send/recv with every peer, one lane per peer and direction",
      p2pAlltoAll},
     {"p2p", "p2p", CollKind::kGather, "every rank sends to the root, which receives on a lane per peer",
@@ -68,30 +74,6 @@ const AlgorithmDef* findAlgorithm(CollKind coll, const char* name) {
     if (a.coll == coll && std::strcmp(a.name, name) == 0) return &a;
   }
   return nullptr;
-}
-
-}  // namespace snccl
-
-namespace snccl {
-
-namespace {
-// Up to this size the direct exchange's single latency beats the ring's two steps; above
-// it the ring moves half as many bytes per rank.
-constexpr size_t kDirectMaxBytes = 64 * 1024;
-
-bool fits(const AlgorithmDef& a, int nranks) { return a.maxRanks == 0 || nranks <= a.maxRanks; }
-}  // namespace
-
-const AlgorithmDef* selectAlgorithm(CollKind coll, int nranks, size_t bytes, const char* forced) {
-  if (forced != nullptr && forced[0] != '\0') {
-    const AlgorithmDef* a = findAlgorithm(coll, forced);
-    if (a != nullptr && fits(*a, nranks)) return a;
-  }
-  if (coll == CollKind::kAllReduce && nranks == 2 && bytes <= kDirectMaxBytes) {
-    const AlgorithmDef* a = findAlgorithm(coll, "direct");
-    if (a != nullptr) return a;
-  }
-  return defaultAlgorithm(coll);
 }
 
 }  // namespace snccl

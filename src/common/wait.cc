@@ -35,7 +35,7 @@ Backoff::Phase Backoff::idle() {
   // Reading the clock costs tens of ns; look at it only every 16 iterations.
   if ((++iter_ & 15) == 0) elapsedNs_ = nowNs() - startNs_;
   if (elapsedNs_ < spinNs_ || iter_ < 16) {
-    for (int i = 0; i < 8; ++i) cpuRelax();
+    cpuRelax();
     return Phase::kSpin;
   }
   if (elapsedNs_ < spinNs_ + yieldNs_) {

@@ -67,6 +67,13 @@ Status finishInit(ncclComm* comm) {
     return InvalidArgument("SNCCL_BUFFSIZE=%lld gives %lld-byte slots; need 4 KiB..1 GiB per slot",
                            (long long)buff, (long long)slot);
   comm->slotBytes = uint32_t(slot);
+  std::vector<uint64_t> procs;  // which ranks are threads of one process
+  std::vector<int> cpus;        // CPUs of each rank's host: more ranks than CPUs changes the picks
+  for (const PeerInfo& p : comm->peers) {
+    procs.push_back(p.processToken);
+    cpus.push_back(p.cpus);
+  }
+  comm->tuner = tuning::commTuner(comm->nranks, comm->plan.hosts, procs, cpus, comm->slotBytes, comm->rank == 0);
   comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
   comm->spinUs = spinBudgetUs(comm->localRanks);
   comm->yieldUs = yieldBudgetUs(comm->localRanks);
@@ -119,6 +126,7 @@ PeerInfo makePeerInfo(int rank, int cudaDev) {
   info.pidNs = pidNamespaceId();
   info.cudaDev = cudaDev;
   info.numa = topo::currentNumaNode();
+  info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
   gethostname(info.hostname, sizeof info.hostname - 1);
   return info;
 }
@@ -370,9 +378,19 @@ Status commConnect(ncclComm* comm, const std::vector<int>& sendPeers, const std:
   return OkStatus();
 }
 
-Status commFinalize(ncclComm* comm) {
+namespace {
+// Waits until every operation issued on the communicator has finished.
+void waitAllTickets(ncclComm* comm) {
   std::unique_lock<std::mutex> lock(comm->orderMutex);
-  while (comm->ticketsDone.load() != comm->ticketsIssued) comm->orderCv.wait_for(lock, std::chrono::milliseconds(10));
+  comm->orderWaiters.fetch_add(1);
+  while (comm->ticketsDone.load() != comm->ticketsIssued.load())
+    comm->orderCv.wait_for(lock, std::chrono::milliseconds(10));
+  comm->orderWaiters.fetch_sub(1);
+}
+}  // namespace
+
+Status commFinalize(ncclComm* comm) {
+  waitAllTickets(comm);
   int expected = int(CommState::kReady);
   comm->state.compare_exchange_strong(expected, int(CommState::kFinalized));
   return OkStatus();
@@ -380,12 +398,7 @@ Status commFinalize(ncclComm* comm) {
 
 void commFree(ncclComm* comm) {
   if (comm->initThread.joinable()) comm->initThread.join();
-  {
-    // Queued host-stream work still references the communicator.
-    std::unique_lock<std::mutex> lock(comm->orderMutex);
-    while (comm->ticketsDone.load() != comm->ticketsIssued)
-      comm->orderCv.wait_for(lock, std::chrono::milliseconds(10));
-  }
+  waitAllTickets(comm);  // queued host-stream work still references the communicator
   comm->magic = 0;
   delete comm;
 }

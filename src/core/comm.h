@@ -18,6 +18,7 @@
 
 #include "collectives/kernels/reduce.h"
 #include "collectives/schedule.h"
+#include "collectives/tuning/selector.h"
 #include "common/status.h"
 #include "core/bootstrap.h"
 #include "core/scratch_pool.h"
@@ -89,6 +90,10 @@ struct ncclComm {
   std::vector<snccl::PeerInfo> peers;
   uint64_t commHash = 0;
   snccl::ChannelPlan plan;  // ring order chosen by the topology planner at creation
+  // Cost-model inputs (node structure, slot size, SNCCL_ALGO/PROTO), identical on every
+  // rank, set once at init; the selector reads them per call. tuneLog: last decisions.
+  snccl::tuning::Tuner tuner;
+  snccl::tuning::DecisionLog tuneLog;
 
   // Connections by peer rank, created lazily; touched only by the thread that currently
   // executes this communicator's operations (see the ticket below).
@@ -109,10 +114,16 @@ struct ncclComm {
   std::thread initThread;      // non-blocking init
 
   // Operations execute in issue order: issue() hands out tickets, runners wait for theirs.
+  // Taking a ticket, and finding one's turn has come, take no lock (the common case: one
+  // thread issuing blocking calls). A thread that must wait registers in orderWaiters
+  // before it re-checks ticketsDone under orderMutex; a finisher bumps ticketsDone, then
+  // notifies orderCv only when it sees a waiter (both sequentially consistent, so one of
+  // the two always sees the other).
   std::mutex orderMutex;
   std::condition_variable orderCv;
-  uint64_t ticketsIssued = 0;
+  std::atomic<uint64_t> ticketsIssued{0};
   std::atomic<uint64_t> ticketsDone{0};
+  std::atomic<uint32_t> orderWaiters{0};
   uint64_t collSeq = 0;  // collectives issued; the basis of operation signatures
 
   std::mutex regMutex;

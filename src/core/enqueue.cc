@@ -111,19 +111,23 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
 
 Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, const CollArgs& args,
                                                                 size_t elemSize) {
-  const AlgorithmDef* alg = selectAlgorithm(args.coll, args.nranks, args.count * elemSize,
-                                            params::getString(params::Id::Algo).c_str());
+  // The selector's pick (same on every rank: tuning/selector.h); its chunk size, never
+  // above the caller's (one slot), becomes the schedule's chunkElems.
+  const tuning::Decision pick = tuning::selectAndLog(comm->tuner, args.coll, args.count * elemSize, &comm->tuneLog);
+  const AlgorithmDef* alg = pick.algo;
   if (alg == nullptr) return InternalError("no algorithm implements %s", collName(args.coll));
+  CollArgs a = args;
+  a.chunkElems = std::max<size_t>(1, std::min(args.chunkElems, pick.chunkBytes / elemSize));
   std::lock_guard<std::mutex> lock(comm->cacheMutex);
   for (const ScheduleCacheEntry& e : comm->scheduleCache)
-    if (e.alg == alg && e.args.coll == args.coll && e.args.count == args.count && e.args.root == args.root &&
-        e.args.chunkElems == args.chunkElems && e.args.inPlace == args.inPlace)
+    if (e.alg == alg && e.args.coll == a.coll && e.args.count == a.count && e.args.root == a.root &&
+        e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace)
       return e.prep;
   auto prep = std::make_shared<PreparedSchedule>();
-  SNCCL_TRY(alg->generate(args, comm->plan, &prep->sched));
+  SNCCL_TRY(alg->generate(a, comm->plan, &prep->sched));
   prep->computePeers();
   constexpr size_t kCacheSize = 16;
-  ScheduleCacheEntry entry{args, alg, prep};
+  ScheduleCacheEntry entry{a, alg, prep};
   if (comm->scheduleCache.size() < kCacheSize) {
     comm->scheduleCache.push_back(std::move(entry));
   } else {
@@ -171,7 +175,16 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   args.root = isRooted(p.coll) ? p.root : 0;
   args.chunkElems = comm->slotBytes / e->elemSize;
   args.inPlace = inPlace(p, comm->rank, e->elemSize);
-  SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, args, e->elemSize));
+  const CollArgs& q = e->request;
+  bool same = e->prep != nullptr && e->requestElemSize == e->elemSize && q.coll == args.coll &&
+              q.count == args.count && q.root == args.root && q.chunkElems == args.chunkElems &&
+              q.inPlace == args.inPlace && q.rank == args.rank && q.nranks == args.nranks;
+  if (!same) {
+    e->requestElemSize = 0;  // until the new schedule is in place
+    SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, args, e->elemSize));
+    e->request = args;
+    e->requestElemSize = e->elemSize;
+  }
   e->sched = &e->prep->sched;
   SNCCL_TRY(bindBuffers(p.comm, e, const_cast<void*>(p.sendbuff), p.recvbuff));
   return OkStatus();
@@ -234,21 +247,28 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   return e;
 }
 
-uint64_t takeTicket(ncclComm* comm) {
-  std::lock_guard<std::mutex> lock(comm->orderMutex);
-  return comm->ticketsIssued++;
-}
+uint64_t takeTicket(ncclComm* comm) { return comm->ticketsIssued.fetch_add(1); }
 
-// A blocking collective outside a group: the communicator's reusable runner, no
-// allocation once the schedule is cached.
-Status runSolo(const PendingOp& op) {
-  ncclComm* comm = op.comm;
+// Collectives of one communicator run now on the calling thread (NULL stream, no
+// send/recv): the communicator's reusable runner, so nothing is allocated once the
+// schedules are cached. This is the path of every small blocking call (nccl-tests and
+// sn_*_perf wrap each call in its own group), where a few allocations would cost as much
+// as the message itself.
+Status runSolo(std::span<const PendingOp> ops) {
+  ncclComm* comm = ops[0].comm;
   if (!comm->soloRunner) comm->soloRunner = std::make_unique<CommRunner>(comm);
   CommRunner* r = comm->soloRunner.get();
-  if (r->ops().empty()) r->ops().resize(1);
-  SNCCL_TRY(buildCollective(op, &r->ops()[0]));
-  r->reset(1, takeTicket(comm));
+  if (r->ops().size() < ops.size()) r->ops().resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) SNCCL_TRY(buildCollective(ops[i], &r->ops()[i]));
+  r->reset(ops.size(), takeTicket(comm));
   return runRunners(std::span<CommRunner*>(&r, 1));
+}
+
+// Whether a group can take runSolo: one communicator, the NULL stream, collectives only.
+bool soloEligible(std::span<const PendingOp> ops) {
+  for (const PendingOp& p : ops)
+    if (p.comm != ops[0].comm || p.stream != nullptr || p.coll == CollKind::kSendRecv) return false;
+  return !ops.empty();
 }
 
 // Builds one runner per communicator for the operations of one stream.
@@ -318,7 +338,7 @@ Status enqueue(const PendingOp& op, const char* call) {
     tGroup.ops.push_back(op);
     return OkStatus();
   }
-  if (op.stream == nullptr && op.coll != CollKind::kSendRecv) return runSolo(op);
+  if (op.stream == nullptr && op.coll != CollKind::kSendRecv) return runSolo(std::span<const PendingOp>(&op, 1));
   std::vector<PendingOp> one{op};
   return launch(std::move(one));
 }
@@ -331,10 +351,36 @@ Status groupStart() {
 Status groupEnd() {
   if (tGroup.depth == 0) return InvalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
   if (--tGroup.depth > 0) return OkStatus();
+  if (tGroup.ops.empty()) return OkStatus();
+  if (soloEligible(tGroup.ops)) {
+    // Runs from the recorded list in place and keeps its capacity for the next group.
+    // Nothing in runSolo records group operations, so the list cannot change meanwhile.
+    Status st = runSolo(tGroup.ops);
+    tGroup.ops.clear();
+    return st;
+  }
   std::vector<PendingOp> ops = std::move(tGroup.ops);
   tGroup.ops.clear();
-  if (ops.empty()) return OkStatus();
   return launch(std::move(ops));
+}
+
+Result<double> groupSimulateEnd() {
+  if (tGroup.depth == 0) return InvalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  double us = 0;
+  for (const PendingOp& p : tGroup.ops) {
+    const tuning::Tuner& t = p.comm->tuner;
+    size_t bytes = p.count * kernels::typeSize(p.dt);
+    if (p.coll == CollKind::kSendRecv) {
+      const tuning::LinkParams& link = t.params.of(t.shape.worst());
+      us += link.latUs + double(bytes) / (link.bwGBps * 1e3);
+      continue;
+    }
+    tuning::Decision d = tuning::select(t, p.coll, bytes);
+    if (d.predictedUs > 0) us += d.predictedUs;
+  }
+  // Nested groups: only the outermost end drops the operations, as groupEnd runs them.
+  if (--tGroup.depth == 0) tGroup.ops.clear();
+  return us;
 }
 
 size_t groupDiscard() {

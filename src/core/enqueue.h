@@ -35,8 +35,13 @@ struct PendingOp {
 Status enqueue(const PendingOp& op, const char* call);
 Status groupStart();
 Status groupEnd();
-// Drops the current group's operations (ncclGroupSimulateEnd) and returns how many there were.
+// Drops the current group's operations and returns how many there were.
 size_t groupDiscard();
+// ncclGroupSimulateEnd: ends the group like groupEnd but, instead of running its
+// operations, returns the cost model's estimate of their time in microseconds (the sum of
+// the selector's predictions; a send or receive costs its link's latency plus bytes over
+// bandwidth). The operations are dropped.
+Result<double> groupSimulateEnd();
 int groupDepth();
 
 }  // namespace snccl

@@ -96,7 +96,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
   }
   if (primSends(st.prim)) {
     sc = comm_->sendConn[st.sendPeer].get();
-    out = sc->trySendSlot();
+    out = sc->trySendSlot(static_cast<uint32_t>(bytes));
     if (out == nullptr) {
       if (blockedConn_ == nullptr) blockedConn_ = sc, blockedSender_ = true;
       return false;
@@ -185,13 +185,22 @@ Status CommRunner::checkBlocked() {
     if (word != 0) {
       int origin = poisonOrigin(word);
       if (origin >= 0 && origin < comm_->nranks) comm_->culprit.store(origin);
+      // The transport's own account (a network's: peer lost, this node's link down, ...).
+      std::string detail = blockedConn_->failureDetail();
+      if (!detail.empty()) detail = ": " + detail;
+      // Started here (e.g. this node's link went down): the peer is not to blame.
+      if (origin == comm_->rank)
+        return RemoteError("%s: rank %d: its %s connection to rank %d (pid %d, host %s) failed on this rank's side "
+                           "(%s)%s",
+                           op.describe().c_str(), comm_->rank, blockedConn_->transport(), peer, pi.pid, pi.hostname,
+                           ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))), detail.c_str());
       std::string cause = origin >= 0 && origin != peer && origin < comm_->nranks
                               ? format(" after rank %d (pid %d, host %s) failed", origin, comm_->peers[origin].pid,
                                        comm_->peers[origin].hostname)
                               : std::string();
-      return RemoteError("%s: rank %d: rank %d (pid %d, host %s) stopped%s (its error: %s)", op.describe().c_str(),
+      return RemoteError("%s: rank %d: rank %d (pid %d, host %s) stopped%s (its error: %s)%s", op.describe().c_str(),
                          comm_->rank, peer, pi.pid, pi.hostname, cause.c_str(),
-                         ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))));
+                         ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))), detail.c_str());
     }
     if (now - lastLivenessCheckNs_ > kLivenessPeriodNs) {
       lastLivenessCheckNs_ = now;
@@ -246,14 +255,24 @@ namespace {
 Status acquireTickets(std::span<CommRunner*> runners) {
   for (CommRunner* r : runners) {
     ncclComm* c = r->comm();
+    if (c->ticketsDone.load() == r->ticket()) continue;  // our turn already (no lock)
     std::unique_lock<std::mutex> lock(c->orderMutex);
+    c->orderWaiters.fetch_add(1);
     int64_t start = Backoff::nowNs();
+    Status st;
     while (c->ticketsDone.load() != r->ticket()) {
-      if (c->abortFlag.load()) return RemoteError("rank %d: the communicator was aborted", c->rank);
-      if (c->timeoutNs > 0 && Backoff::nowNs() - start > c->timeoutNs)
-        return RemoteError("rank %d: timed out waiting for earlier operations on the communicator", c->rank);
+      if (c->abortFlag.load()) {
+        st = RemoteError("rank %d: the communicator was aborted", c->rank);
+        break;
+      }
+      if (c->timeoutNs > 0 && Backoff::nowNs() - start > c->timeoutNs) {
+        st = RemoteError("rank %d: timed out waiting for earlier operations on the communicator", c->rank);
+        break;
+      }
       c->orderCv.wait_for(lock, std::chrono::milliseconds(10));
     }
+    c->orderWaiters.fetch_sub(1);
+    SNCCL_TRY(st);
   }
   return OkStatus();
 }
@@ -333,9 +352,12 @@ Status runLoop(std::span<CommRunner*> runners) {
 void finishTickets(std::span<CommRunner*> runners) {
   for (CommRunner* r : runners) {
     ncclComm* c = r->comm();
-    std::lock_guard<std::mutex> lock(c->orderMutex);
     c->ticketsDone.fetch_add(1);
-    c->orderCv.notify_all();
+    if (c->orderWaiters.load() != 0) {
+      // Taking the lock orders this notify after a waiter's check-then-wait.
+      std::lock_guard<std::mutex> lock(c->orderMutex);
+      c->orderCv.notify_all();
+    }
   }
 }
 

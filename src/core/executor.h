@@ -39,6 +39,11 @@ struct ExecOp {
   size_t elemSize = 4;
   kernels::RedOpSpec op;
   uint64_t sig = 0;  // operation signature carried by every message (0: p2p, unchecked)
+  // The collective request `prep` was chosen for (before the selector set its chunk
+  // size), so that an ExecOp reused for the same call again skips selection and the
+  // schedule cache's lock. requestElemSize 0: none yet.
+  CollArgs request;
+  size_t requestElemSize = 0;
   // For messages only (formatted on error, never on the hot path).
   CollKind coll = CollKind::kAllReduce;
   uint64_t seq = 0;

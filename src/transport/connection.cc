@@ -16,6 +16,7 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
       memory_(std::move(memory)),
       nsteps_(ctrl->nsteps),
       slotBytes_(ctrl->slotBytes),
+      inline_(memory_ && memory_->inlineMessages()),
       peer_(peer),
       peerPid_(peerPid),
       transport_(transport) {}
@@ -25,6 +26,10 @@ void Connection::post(uint32_t bytes, uint64_t sig) {
   e.bytes = bytes;
   e.sig = sig;
   ++step_;
+  if (inline_) {
+    e.isInline = bytes <= kInlineBytes;
+    e.seq.store(step_, std::memory_order_release);  // the receiver polls this
+  }
   // seq_cst store + seq_cst load of the sleeping flag pair with the receiver's
   // store-flag-then-load-tail: one of the two sides always sees the other.
   ctrl_->tail.store(step_, std::memory_order_seq_cst);
@@ -79,6 +84,7 @@ void initConnCtrl(ConnCtrl* ctrl, uint32_t nsteps, uint32_t slotBytes) {
   ctrl->poison.store(0);
   ctrl->nsteps = nsteps;
   ctrl->slotBytes = slotBytes;
+  for (ConnFifoEntry& e : ctrl->fifo) e.seq.store(0);
 }
 
 }  // namespace snccl

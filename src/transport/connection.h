@@ -18,16 +18,28 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace snccl {
 
 constexpr uint32_t kMaxSteps = 64;
 
-struct ConnFifoEntry {
+// Messages up to this size travel inside their fifo entry on rings whose both ends poll
+// memory (shm, local): the receiver then watches one cache line that carries the flag,
+// the header and the data, instead of the tail's, the entry's and the slot's. That is
+// most of a small message's latency between cores.
+constexpr uint32_t kInlineBytes = 40;
+
+struct alignas(64) ConnFifoEntry {
+  // Inline rings only: message number + 1 once the entry (and its slot) is complete;
+  // written last, with release order, by the sender.
+  std::atomic<uint64_t> seq;
   uint32_t bytes;
-  uint32_t reserved;
-  uint64_t sig;  // signature of the operation that sent the message (0: unchecked)
+  uint32_t isInline;  // the data is in `data`, not in the slot
+  uint64_t sig;       // signature of the operation that sent the message (0: unchecked)
+  char data[kInlineBytes];
 };
+static_assert(sizeof(ConnFifoEntry) == 64, "one fifo entry per cache line");
 
 struct ConnCtrl {
   alignas(64) std::atomic<uint64_t> tail;
@@ -48,6 +60,16 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must 
 class ConnMemory {
  public:
   virtual ~ConnMemory() = default;
+  // Why the transport poisoned the ring, in a line ("" when it did not or cannot say):
+  // the poison word only holds a code and a rank, while a network transport knows the
+  // cause on the wire (peer lost, own link down, ...) that the user's error should name.
+  // Safe to call from the executor's thread at any time.
+  virtual std::string failureDetail() const { return {}; }
+  // Whether both ends of the ring are Connections polling shared memory, so that small
+  // messages may travel inline in the fifo entry and the receiver may poll the entry
+  // (ConnFifoEntry::seq). Both ends are built by the same transport, so they agree.
+  // A ring whose other end is a proxy thread (net) says no: the proxy reads slots.
+  virtual bool inlineMessages() const { return false; }
 };
 
 class Connection {
@@ -61,24 +83,32 @@ class Connection {
   uint32_t slotBytes() const { return slotBytes_; }
   uint64_t step() const { return step_; }
 
-  // Sender: the free slot for the next message, or nullptr when no credit is available.
-  char* trySendSlot() {
+  // Sender: where to write the next message of `bytes` (its slot, or its fifo entry on
+  // an inline ring), or nullptr when no credit is available.
+  char* trySendSlot(uint32_t bytes) {
     if (step_ >= cachedPeer_ + nsteps_) {
       cachedPeer_ = ctrl_->head.load(std::memory_order_acquire);
       if (step_ >= cachedPeer_ + nsteps_) return nullptr;
     }
+    if (inline_ && bytes <= kInlineBytes) return ctrl_->fifo[step_ % nsteps_].data;
     return slots_ + (step_ % nsteps_) * slotBytes_;
   }
-  // Sender: publishes the slot returned by trySendSlot.
+  // Sender: publishes the message written where trySendSlot(bytes) said.
   void post(uint32_t bytes, uint64_t sig);
 
   // Receiver: the next message, or nullptr when none has arrived.
   const char* tryRecvSlot(uint32_t* bytes, uint64_t* sig) {
+    const ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
+    if (inline_) {
+      if (e.seq.load(std::memory_order_acquire) != step_ + 1) return nullptr;
+      *bytes = e.bytes;
+      *sig = e.sig;
+      return e.isInline ? e.data : slots_ + (step_ % nsteps_) * slotBytes_;
+    }
     if (step_ >= cachedPeer_) {
       cachedPeer_ = ctrl_->tail.load(std::memory_order_acquire);
       if (step_ >= cachedPeer_) return nullptr;
     }
-    const ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
     *bytes = e.bytes;
     *sig = e.sig;
     return slots_ + (step_ % nsteps_) * slotBytes_;
@@ -102,6 +132,8 @@ class Connection {
   // Marks the connection failed for both ends and wakes any sleeper.
   void poison(uint32_t code);
   uint32_t poisoned() const { return ctrl_->poison.load(std::memory_order_relaxed); }
+  // The transport's account of a failure on this end (ConnMemory::failureDetail).
+  std::string failureDetail() const { return memory_ ? memory_->failureDetail() : std::string(); }
 
  private:
   ConnCtrl* ctrl_;
@@ -111,6 +143,7 @@ class Connection {
   uint32_t slotBytes_;
   uint64_t step_ = 0;
   uint64_t cachedPeer_ = 0;  // last seen head (sender) or tail (receiver)
+  bool inline_;              // ConnMemory::inlineMessages()
   int peer_;
   pid_t peerPid_;
   const char* transport_;

@@ -28,6 +28,7 @@ struct PeerInfo {
   int32_t cudaDev;
   uint64_t pidNs;         // PID namespace (pidNamespaceId()): pids compare only within one
   int32_t numa;           // NUMA node the rank runs on (-1 unknown): input of the ring planner
+  int32_t cpus;           // online CPUs of the host: the cost model's oversubscription
   char hostname[64];
 };
 

@@ -433,18 +433,39 @@ TEST(Api, UnsupportedCallsNameThemselves) {
   EXPECT_TRUE(Mentions(lastError(), "ncclCommWindowRegister"));
   EXPECT_NE(ncclCommWindowDeregister(comms[0], win), ncclSuccess);
   EXPECT_TRUE(Mentions(lastError(), "ncclCommWindowDeregister"));
+}
 
-  // GroupSimulateEnd launches nothing and closes the group.
-  std::vector<float> in(10, 2.0f), out(10, -1.0f);
-  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  ASSERT_EQ(ncclAllReduce(in.data(), out.data(), 10, ncclFloat, ncclSum, comms[0], nullptr), ncclSuccess);
-  EXPECT_NE(ncclGroupSimulateEnd(&sim), ncclSuccess);
-  EXPECT_TRUE(Mentions(lastError(), "ncclGroupSimulateEnd"));
-  EXPECT_EQ(out[0], -1.0f) << "ncclGroupSimulateEnd must not launch the group";
+// GroupSimulateEnd returns the cost model's estimate, launches nothing and closes the group.
+TEST(Api, GroupSimulateEndEstimatesWithoutLaunching) {
+  CommSet comms(2);
+  ASSERT_TRUE(comms.ok());
+  auto simulate = [&](size_t count, std::vector<float>* out, ncclSimInfo_t* sim) {
+    std::vector<float> in(count, 2.0f);
+    EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(ncclAllReduce(in.data(), out->data(), count, ncclFloat, ncclSum, comms[r], nullptr), ncclSuccess);
+    ncclSimInfo_t init = NCCL_SIM_INFO_INITIALIZER;
+    *sim = init;
+    return ncclGroupSimulateEnd(sim);
+  };
+  std::vector<float> small(16, -1.0f), large(1 << 20, -1.0f);
+  ncclSimInfo_t simSmall, simLarge;
+  ASSERT_EQ(simulate(small.size(), &small, &simSmall), ncclSuccess) << lastError();
+  ASSERT_EQ(simulate(large.size(), &large, &simLarge), ncclSuccess) << lastError();
+  EXPECT_GT(simSmall.estimatedTime, 0.0f);
+  EXPECT_GT(simLarge.estimatedTime, simSmall.estimatedTime) << "4 MiB cannot be predicted faster than 64 B";
+  EXPECT_EQ(small[0], -1.0f) << "ncclGroupSimulateEnd must not launch the group";
+  EXPECT_EQ(large[0], -1.0f) << "ncclGroupSimulateEnd must not launch the group";
   EXPECT_NE(ncclGroupEnd(), ncclSuccess) << "the group should be closed after ncclGroupSimulateEnd";
-  ASSERT_EQ(ncclAllReduce(in.data(), out.data(), 10, ncclFloat, ncclSum, comms[0], nullptr), ncclSuccess);
-  EXPECT_EQ(out[9], 2.0f);
+
+  // An uninitialised ncclSimInfo_t is rejected, and the group is dropped all the same.
+  ncclSimInfo_t bad{};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(small.data(), small.data(), 16, ncclFloat, ncclSum, comms[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
+  EXPECT_TRUE(Mentions(lastError(), "ncclGroupSimulateEnd"));
+  EXPECT_EQ(small[0], -1.0f);
+  EXPECT_NE(ncclGroupEnd(), ncclSuccess);
 }
 
 // ---- groups ----

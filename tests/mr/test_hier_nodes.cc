@@ -1,11 +1,25 @@
 // Hierarchical AllReduce (SNCCL_ALGO=hier) on emulated nodes: ranks are processes grouped
 // into nodes by SNCCL_HOSTID (net/net_cluster.h: node = rank / ranksPerNode), shm inside a
 // node and TCP over loopback between nodes. Even layouts run the three phases with
-// several ranks per node and several nodes; uneven layouts (the last node smaller) must
-// fall back to the ring and still be exact. Values are exact integers (net/net_checks.h).
+// several ranks per node and several nodes; uneven layouts (the last node smaller) run
+// as many rails as the smallest node has ranks. Values are exact integers
+// (net/net_checks.h).
+//
+// Which algorithm really ran is read from the ranks' logs: connections are made lazily,
+// for the peers a schedule uses, and each is logged by its receiver at INFO/INIT
+// ("Channel 00 : <from>[dev] -> <to>[dev] via <transport>"). The set of connections must
+// be exactly the local rings plus the rails of the layout; the ring fallback (one ring
+// over all ranks) would give a different set.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "net/net_checks.h"
@@ -17,11 +31,69 @@ using nettest::Cluster;
 using nettest::Outcome;
 using nettest::Shared;
 
+using Edges = std::set<std::pair<int, int>>;  // (from, to) of every connection
+
+// The connections of the hierarchical AllReduce on nodes of `perNode` consecutive ranks
+// (the last node smaller when perNode does not divide nranks): each node's local ring,
+// and one ring per rail (local index < the smallest node's size) through all nodes.
+Edges hierEdges(int nranks, int perNode) {
+  std::vector<std::vector<int>> nodes;
+  for (int r = 0; r < nranks; ++r) {
+    if (r % perNode == 0) nodes.emplace_back();
+    nodes.back().push_back(r);
+  }
+  size_t rails = nodes.back().size();
+  for (const auto& node : nodes) rails = std::min(rails, node.size());
+  Edges e;
+  auto ring = [&e](const std::vector<int>& members) {
+    for (size_t i = 0; members.size() > 1 && i < members.size(); ++i)
+      e.insert({members[i], members[(i + 1) % members.size()]});
+  };
+  for (const auto& node : nodes) ring(node);
+  for (size_t p = 0; p < rails; ++p) {
+    std::vector<int> rail;
+    for (const auto& node : nodes) rail.push_back(node[p]);
+    ring(rail);
+  }
+  return e;
+}
+
+// Connections logged in the files of `dir`; removes the files and the directory.
+Edges loggedEdges(const std::string& dir) {
+  static const std::regex kLine(R"(Channel 00 : (\d+)\[-?\d+\] -> (\d+)\[-?\d+\] via )");
+  Edges e;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* ent = readdir(d)) {
+      if (ent->d_name[0] == '.') continue;
+      const std::string path = dir + "/" + ent->d_name;
+      std::ifstream in(path);
+      std::string line;
+      std::smatch m;
+      while (std::getline(in, line))
+        if (std::regex_search(line, m, kLine)) e.insert({std::stoi(m[1]), std::stoi(m[2])});
+      unlink(path.c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+  return e;
+}
+
+std::string show(const Edges& e) {
+  std::string t;
+  for (auto [a, b] : e) t += " " + std::to_string(a) + "->" + std::to_string(b);
+  return t;
+}
+
 void runHier(int nranks, int perNode) {
+  char dirTemplate[] = "/tmp/snccl_hier_nodes.XXXXXX";
+  ASSERT_NE(mkdtemp(dirTemplate), nullptr);
+  const std::string dir = dirTemplate;
   Cluster c;
   c.nranks = nranks;
   c.ranksPerNode = perNode;
-  c.env = {{"SNCCL_ALGO", "hier"}, {"SNCCL_SOCKET_IFNAME", "=lo"}, {"SNCCL_TIMEOUT", "60"}};
+  c.env = {{"SNCCL_ALGO", "hier"},    {"SNCCL_SOCKET_IFNAME", "=lo"}, {"SNCCL_TIMEOUT", "60"},
+           {"NCCL_DEBUG", "INFO"},    {"NCCL_DEBUG_SUBSYS", "INIT"},  {"NCCL_DEBUG_FILE", dir + "/rank.%p.log"}};
   Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
     nettest::Checker check(comm, rank, n);
     bool ok = true;
@@ -33,11 +105,15 @@ void runHier(int nranks, int perNode) {
     return ok;
   });
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  const Edges want = hierEdges(nranks, perNode), got = loggedEdges(dir);
+  EXPECT_EQ(got, want) << "connections made:" << show(got) << "\nthe hierarchical layout's:" << show(want);
 }
 
 TEST(HierNodes, ThreeNodesOfTwo) { runHier(6, 2); }
 TEST(HierNodes, TwoNodesOfThree) { runHier(6, 3); }
-TEST(HierNodes, UnevenTwoTwoOneFallsBackToRing) { runHier(5, 2); }
-TEST(HierNodes, UnevenThreeThreeOneFallsBackToRing) { runHier(7, 3); }
+// Uneven: one rail (the last node has one rank), and two rails (3 + 2, rank 2 beyond them).
+TEST(HierNodes, UnevenTwoTwoOne) { runHier(5, 2); }
+TEST(HierNodes, UnevenThreeThreeOne) { runHier(7, 3); }
+TEST(HierNodes, UnevenThreeTwo) { runHier(5, 3); }
 
 }  // namespace

@@ -39,6 +39,7 @@ struct RankReport {
   int code;        // result of the call the test cares about (ncclResult_t), -1: not reached
   int iters;       // iterations completed (loops)
   double tEnd;     // when that call returned
+  int asyncCode;   // ncclCommGetAsyncError() after it (tests that record it)
   char msg[1500];  // failure text or ncclGetLastError()
 };
 

@@ -1,6 +1,7 @@
 // Unit tests of the socket net on loopback: the split rule, setup, credits, ordering,
 // messages larger than a stream part, many messages, poll descriptors, hostile
-// connections, and errors when the peer closes, aborts or dies.
+// connections, errors when the peer closes, aborts or dies, and the local-link check
+// that tells a node whose own link is down from one whose peer is gone.
 //
 // Both ends run on the test thread (the API is non-blocking), except where a peer must
 // die: then it is a forked child.
@@ -20,6 +21,7 @@
 #include "support/harness.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_conn.h"
+#include "transport/net/socket/socket_link.h"
 #include "transport/net/socket/socket_net.h"
 #include "transport/net/socket/socket_setup.h"
 #include "transport/net/socket/socket_wire.h"
@@ -521,6 +523,32 @@ TEST(SocketNet, ListenerDropsConnectionsWithoutTheKey) {
   stream(net, p, {100, 100000}, 2);
   EXPECT_TRUE(net->closeListen(l).ok());
   closePair(net, p);
+}
+
+// The local-link check (socket_link.h): a loopback connection's link is fine, an
+// unconnected socket has none to judge, a missing interface is named, and only errnos a
+// link or path failure can cause trigger the check. A link that really goes down is
+// tests/net/test_net_netns.cc's LinkCut tests.
+TEST(SocketLink, LoopbackIsFineAndMissingInterfacesAreNamed) {
+  Result<sock::Address> addr = sock::Address::parse("127.0.0.1:1");
+  ASSERT_TRUE(addr.ok()) << addr.status().message();
+  sock::Address any = addr.value();
+  any.setPort(0);  // ephemeral
+  Result<sock::Socket> l = sock::Socket::listen(any, false);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  Result<sock::Socket> c = sock::Socket::connect(l.value().peer(), sock::Waiter::after(10));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(socknet::localLinkProblem(c.value().fd()), "");
+  EXPECT_EQ(socknet::localLinkProblem(l.value().fd()), "");
+  EXPECT_EQ(socknet::interfaceProblem("lo"), "");
+  std::string missing = socknet::interfaceProblem("sncclnope0");
+  EXPECT_NE(missing.find("sncclnope0"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("no longer exists"), std::string::npos) << missing;
+  EXPECT_TRUE(socknet::linkRelatedErrno(ETIMEDOUT));
+  EXPECT_TRUE(socknet::linkRelatedErrno(ENETDOWN));
+  EXPECT_TRUE(socknet::linkRelatedErrno(EHOSTUNREACH));
+  EXPECT_FALSE(socknet::linkRelatedErrno(ECONNRESET));
+  EXPECT_FALSE(socknet::linkRelatedErrno(EPIPE));
 }
 
 }  // namespace

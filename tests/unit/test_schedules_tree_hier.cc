@@ -1,7 +1,7 @@
 // Tree and hierarchical schedule generators beyond the sampled matrix of
 // test_schedules.cc (which runs every registered algorithm up to 1024 ranks): the double
 // binary tree's shape, tree and hier at odd and large rank counts (up to 8192) with the
-// smallest connection (2 slots), node layouts for hier, and its fallback for uneven nodes.
+// smallest connection (2 slots), node layouts for hier (uneven nodes: test_schedules_small.cc).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -218,28 +218,17 @@ TEST(Hier, OnlyRailsCrossNodes) {
   }
 }
 
-TEST(Hier, UnevenNodesFallBackToRing) {
+TEST(Hier, UnevenNodesRunTheHierarchy) {
+  // Uneven nodes no longer fall back to the ring: they run as many rails as the smallest
+  // node has ranks (hier/allreduce.cc; many more shapes in test_schedules_small.cc).
   const AlgorithmDef* hier = findAlgorithm(CollKind::kAllReduce, "hier");
-  const AlgorithmDef* ring = findAlgorithm(CollKind::kAllReduce, "ring");
   ASSERT_NE(hier, nullptr);
-  ASSERT_NE(ring, nullptr);
   const std::vector<std::vector<uint64_t>> layouts = {{1, 1, 2}, {1, 2, 2, 2, 3}, {5, 5, 5, 6, 6, 7, 7}};
   for (const auto& hosts : layouts) {
     ChannelPlan plan;
     plan.hosts = hosts;
     const int n = static_cast<int>(hosts.size());
     for (size_t count : {size_t{1}, size_t{23}}) {
-      Schedule h, g;
-      for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(hier->generate(collArgs(CollKind::kAllReduce, r, n, count, 4), plan, &h).ok());
-        ASSERT_TRUE(ring->generate(collArgs(CollKind::kAllReduce, r, n, count, 4), plan, &g).ok());
-        ASSERT_EQ(h.lanes.size(), g.lanes.size());
-        ASSERT_EQ(h.lanes[0].steps.size(), g.lanes[0].steps.size()) << "n=" << n << " rank " << r;
-        for (size_t i = 0; i < h.lanes[0].steps.size(); ++i) {
-          EXPECT_EQ(h.lanes[0].steps[i].prim, g.lanes[0].steps[i].prim);
-          EXPECT_EQ(h.lanes[0].steps[i].sendPeer, g.lanes[0].steps[i].sendPeer);
-        }
-      }
       Status st = checkAlgorithm(*hier, collArgs(CollKind::kAllReduce, 0, n, count, 4), plan);
       EXPECT_TRUE(st.ok()) << st.message();
     }
@@ -251,23 +240,7 @@ TEST(Hier, UnevenNodesFallBackToRing) {
   EXPECT_EQ(hier->generate(collArgs(CollKind::kAllReduce, 0, 4, 8, 2), bad, &s).code(), ncclInvalidArgument);
 }
 
-TEST(Selection, TreeAndHierOnlyWhenForced) {
-  // Until the cost model decides with measurements, the default stays what it was; tree and
-  // hier run only when SNCCL_ALGO / NCCL_ALGO names them.
-  for (CollKind k : {CollKind::kAllReduce, CollKind::kBroadcast, CollKind::kReduce}) {
-    for (int n : {1, 2, 3, 8, 64, 1024}) {
-      for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 16, size_t{1} << 20, size_t{1} << 30}) {
-        const AlgorithmDef* d = selectAlgorithm(k, n, bytes, nullptr);
-        ASSERT_NE(d, nullptr);
-        EXPECT_STRNE(d->family, "tree") << collName(k) << " n=" << n << " bytes=" << bytes;
-        EXPECT_STRNE(d->family, "hierarchical") << collName(k) << " n=" << n << " bytes=" << bytes;
-      }
-      EXPECT_STREQ(selectAlgorithm(k, n, 1 << 20, "tree")->name, "tree");
-    }
-  }
-  EXPECT_STREQ(selectAlgorithm(CollKind::kAllReduce, 16, 1 << 20, "hier")->name, "hier");
-  EXPECT_STREQ(selectAlgorithm(CollKind::kAllGather, 16, 1 << 20, "tree")->name, "ring");  // no tree AllGather
-}
+// The selector's tests (forced algorithms, fits, the cost model) are in test_tuning.cc.
 
 }  // namespace
 }  // namespace snccl

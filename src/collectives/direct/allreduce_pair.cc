@@ -6,7 +6,8 @@
 // rank 1 forms x0 + x1. Every NCCL op (sum, prod, max, min, and the PreMulSum/Avg forms)
 // is commutative in IEEE arithmetic for two operands, so both ranks end with the same
 // bits. With three or more ranks the orders would differ (non-associativity), so the
-// generator refuses them and the selector keeps the ring.
+// generator refuses them; direct/allreduce.cc runs a direct reduce-scatter + all-gather
+// there instead and calls this for 1 or 2 ranks.
 //
 // Cross-rank invariant: message k of either rank is chunk k of its input; the lane sends
 // chunk k before it overwrites it (in place) with the combined result.

@@ -27,6 +27,7 @@ class Mapping : public ConnMemory {
     munmap(base_, bytes_);
     if (fd_ >= 0) close(fd_);
   }
+  bool inlineMessages() const override { return true; }  // both ends are executors
 
  private:
   void* base_;

@@ -56,7 +56,11 @@ void NetEntry::fail(const Status& s) {
   if (word == 0) {
     SN_WARN("NET : %s: connection %s: %s", info_.what.c_str(), state_ == State::kSetup ? "setup failed" : "failed",
             s.message().c_str());
-    word = encodePoison(s.code() == ncclSuccess ? ncclInternalError : s.code(), info_.peer);
+    // A system error is this end's own (its link is down, a local call failed): this rank
+    // is where the failure started. Anything else on the wire is blamed on the peer.
+    int origin = s.code() == ncclSystemError ? info_.rank : info_.peer;
+    word = encodePoison(s.code() == ncclSuccess ? ncclInternalError : s.code(), origin);
+    if (ring_.note != nullptr) ring_.note->set(s.message());
   } else {
     SN_INFO(log::kNet, "NET : %s: the peer aborted: %s", info_.what.c_str(), s.message().c_str());
   }

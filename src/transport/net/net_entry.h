@@ -11,12 +11,17 @@
 // has consumed plus what the network holds.
 //
 // Failures: a net error poisons the ring (the executor then reports the peer instead of
-// waiting for its timeout); a ring poisoned by the executor (communicator error or abort)
-// closes the comm with an ABORT frame so the peer fails fast too.
+// waiting for its timeout) and leaves its cause in the ring's FailureNote, which the
+// executor appends to the user's error. The poison word names where the failure started:
+// the peer, unless the net layer says the fault is this node's own (ncclSystemError: its
+// link is down), so a rank whose cable was pulled does not blame its peers. A ring
+// poisoned by the executor (communicator error or abort) closes the comm with an ABORT
+// frame so the peer fails fast too.
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <string>
 
 #include "transport/connection.h"
@@ -33,11 +38,31 @@ struct EntryInfo {
   int timeoutSec;  // SNCCL_TIMEOUT (0: none)
 };
 
+// Why a connection failed, as the net layer said it: written once by the proxy thread
+// before it poisons the ring, read by the executor once it sees the poison. Lives with
+// the ring's memory.
+class FailureNote {
+ public:
+  void set(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (text_.empty()) text_ = text;  // the first cause is the root cause
+  }
+  std::string get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return text_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string text_;
+};
+
 struct RingView {
   ConnCtrl* ctrl;
   char* slots;
   uint32_t nsteps;
   uint32_t slotBytes;
+  FailureNote* note;
   char* slot(uint64_t step) const { return slots + (step % nsteps) * size_t(slotBytes); }
 };
 

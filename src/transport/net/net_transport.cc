@@ -36,11 +36,14 @@ class NetRing : public ConnMemory {
   void setEntry(net::ProxyEntry* e) { entry_ = e; }
   ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
   char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
+  net::RingView view(const ConnRequest& req) { return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_}; }
+  std::string failureDetail() const override { return note_.get(); }
 
  private:
   void* base_;
   size_t bytes_;
   net::ProxyEntry* entry_ = nullptr;
+  net::FailureNote note_;  // written by the entry, which release() detaches before it goes
 };
 
 Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req) {
@@ -91,7 +94,7 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   blob->words[0] = req.nsteps;
   blob->words[1] = req.slotBytes;
   std::memcpy(blob->name, handle.bytes, sizeof blob->name);
-  net::RingView view{ring->ctrl(), ring->slots(), req.nsteps, req.slotBytes};
+  net::RingView view = ring->view(req);
   auto entry = std::make_unique<net::RecvEntry>(n, view, listen, entryInfo(req, false));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
@@ -112,7 +115,7 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req));
   net::Handle handle{};
   std::memcpy(handle.bytes, blob.name, sizeof blob.name);
-  net::RingView view{ring->ctrl(), ring->slots(), req.nsteps, req.slotBytes};
+  net::RingView view = ring->view(req);
   auto entry = std::make_unique<net::SendEntry>(n, view, handle, entryInfo(req, true));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));

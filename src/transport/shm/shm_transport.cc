@@ -34,6 +34,7 @@ class ShmMapping : public ConnMemory {
     // The sender normally unlinked it already; this covers a sender that never attached.
     if (!name_.empty()) shm_unlink(name_.c_str());
   }
+  bool inlineMessages() const override { return true; }  // both ends are executors
 
  private:
   void* base_;

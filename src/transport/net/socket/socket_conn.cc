@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "transport/net/socket/socket_link.h"
 
 namespace snccl::net::socknet {
 
@@ -19,7 +20,8 @@ using sockwire::Frame;
 
 constexpr size_t kReadChunk = 4096;
 
-// What a socket errno means on the network, for the messages survivors see.
+// What a socket errno means on the network, for the messages survivors see (when this
+// node's own link looked fine).
 const char* networkCause(int err) {
   switch (err) {
     case ETIMEDOUT:
@@ -30,13 +32,27 @@ const char* networkCause(int err) {
       return "the peer reset the connection: its process died or closed the socket";
     case ENETDOWN:
     case ENETUNREACH:
-      return "this node's network link is down or has no route to the peer";
+      return "this node has no route to the peer: a route or a link on the path is down";
     case EHOSTUNREACH:
     case EHOSTDOWN:
       return "the peer's host is unreachable: link down or path cut";
     default:
       return "socket error";
   }
+}
+
+// The error of a failed send or receive. A link-related errno while this node's own
+// interface is down is this node's failure, not the peer's: ncclSystemError, which the
+// proxy entry reads as "the failure started here" (net_entry.h).
+Status socketError(const char* verb, const sock::Socket& s, int err) {
+  std::string peer = s.peer().toString();
+  if (linkRelatedErrno(err)) {
+    std::string local = localLinkProblem(s.fd());
+    if (!local.empty())
+      return SystemError("%s %s failed: %s (errno %d): this node's network link is down: %s", verb, peer.c_str(),
+                         strerror(err), err, local.c_str());
+  }
+  return RemoteError("%s %s failed: %s (errno %d): %s", verb, peer.c_str(), strerror(err), err, networkCause(err));
 }
 
 // Non-blocking send/recv of up to n bytes: the count moved (0 when the socket would
@@ -47,9 +63,7 @@ Result<size_t> sendSome(const sock::Socket& s, const char* p, size_t n) {
     if (k >= 0) return size_t(k);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
-    int err = errno;
-    return RemoteError("send to %s failed: %s (errno %d): %s", s.peer().toString().c_str(), strerror(err), err,
-                       networkCause(err));
+    return socketError("send to", s, errno);
   }
 }
 
@@ -64,9 +78,7 @@ Result<size_t> recvSome(const sock::Socket& s, char* p, size_t n, bool* eof) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
-    int err = errno;
-    return RemoteError("receive from %s failed: %s (errno %d): %s", s.peer().toString().c_str(), strerror(err), err,
-                       networkCause(err));
+    return socketError("receive from", s, errno);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "common/params.h"
 #include "common/socket.h"
 #include "transport/net/socket/socket_conn.h"
+#include "transport/net/socket/socket_link.h"
 #include "transport/net/socket/socket_setup.h"
 
 namespace snccl::net {
@@ -109,7 +110,7 @@ class SocketNet : public Net {
     if (socks.ok() && socks.value().empty()) return OkStatus();
     std::string what = "send to " + c->target().toString();
     cancelConnect(handle);
-    if (!socks.ok()) return socks.status();
+    if (!socks.ok()) return withLocalLink(socks.status());
     SN_INFO(log::kNet, "NET/Socket : %s: connected, %zu streams", what.c_str(), socks.value().size() - 1);
     *out = new SocketSend(std::move(socks).value(), what);
     return OkStatus();
@@ -199,6 +200,14 @@ class SocketNet : public Net {
   }
 
  private:
+  // A connect that failed while this node's own interface is down failed here, not at
+  // the peer: say so, as a system error (net_entry.h: the failure started on this rank).
+  Status withLocalLink(const Status& s) const {
+    std::string local = interfaceProblem(iface_.name);
+    if (local.empty()) return s;
+    return SystemError("%s; this node's network link is down: %s", s.message().c_str(), local.c_str());
+  }
+
   Status checkDev(int dev) const {
     if (dev != 0) return InvalidArgument("NET/Socket: device %d does not exist (1 device)", dev);
     if (!iface_.addr.valid()) return InternalError("NET/Socket: used before init");

@@ -1,0 +1,127 @@
+// The selector (selector.h): overrides parsed once, the per-call pick, the change log.
+#include "collectives/tuning/selector.h"
+
+#include "common/log.h"
+#include "common/params.h"
+
+namespace snccl::tuning {
+
+namespace {
+
+bool fits(const AlgorithmDef& a, int nranks) { return a.maxRanks == 0 || nranks <= a.maxRanks; }
+
+// Candidates for `coll`: the algorithms SNCCL_ALGO allows that fit; when none fits (a
+// forced name that does not implement this collective or size), every fitting one.
+uint64_t candidates(const Tuner& t, CollKind coll, bool* forced) {
+  std::span<const AlgorithmDef> algos = algorithms();
+  const int k = static_cast<int>(coll);
+  uint64_t fitting = 0;
+  for (size_t i = 0; i < algos.size() && i < 64; ++i)
+    if (algos[i].coll == coll && fits(algos[i], t.shape.nranks)) fitting |= uint64_t(1) << i;
+  const uint64_t allowed = fitting & t.over.algo.allowed[k];
+  *forced = t.over.algo.restricted[k] && allowed != 0;
+  return allowed != 0 ? allowed : fitting;
+}
+
+}  // namespace
+
+Overrides parseOverrides(const std::string& algo, const std::string& proto, std::vector<std::string>* warnings) {
+  Overrides o;
+  Status st = parseAlgoSpec(algo, &o.algo);
+  if (!st.ok())
+    warnings->push_back(format("SNCCL_ALGO/NCCL_ALGO=\"%s\" is not valid (%s); the cost model decides", algo.c_str(),
+                               st.message().c_str()));
+  else if (!o.algo.ignored.empty())
+    warnings->push_back(format("SNCCL_ALGO/NCCL_ALGO: %s not available on host memory; ignored", o.algo.ignored.c_str()));
+  st = parseProtoSpec(proto, &o.proto);
+  if (!st.ok())
+    warnings->push_back(format("SNCCL_PROTO/NCCL_PROTO=\"%s\" is not valid (%s); using Simple", proto.c_str(),
+                               st.message().c_str()));
+  else if (o.proto.any)
+    warnings->push_back(format("SNCCL_PROTO/NCCL_PROTO=\"%s\": LL and LL128 are GPU protocols, not implemented on "
+                               "host memory; using Simple",
+                               proto.c_str()));
+  return o;
+}
+
+const Overrides& processOverrides() {
+  // Immutable once built, like the parameter registry it is derived from.
+  static const Overrides over = [] {
+    std::vector<std::string> warnings;
+    Overrides o = parseOverrides(params::getString(params::Id::Algo), params::getString(params::Id::Proto), &warnings);
+    for (const std::string& w : warnings) SN_WARN("%s", w.c_str());
+    return o;
+  }();
+  return over;
+}
+
+Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& params, const Overrides& over) {
+  Tuner t;
+  t.shape = shape;
+  t.params = params;
+  t.slotBytes = slotBytes;
+  t.over = over;
+  return t;
+}
+
+Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
+                std::span<const int> cpus, size_t slotBytes, bool logTables) {
+  Tuner t = makeTuner(shapeFromHosts(nranks, hosts, procs, cpus), slotBytes, hostDefaults(), processOverrides());
+  t.logCalls = logTables;
+  if (logTables && log::enabled(log::kInfo, log::kTuning)) {
+    SN_INFO(log::kTuning, "%s", describeTuner(t).c_str());
+    for (CollKind c : tunedCollectives())
+      for (const std::string& line : decisionTable(t, c)) SN_INFO(log::kTuning, "%s", line.c_str());
+  }
+  return t;
+}
+
+int chunkCandidates(size_t slotBytes, size_t out[4]) {
+  int n = 0;
+  out[n++] = slotBytes;
+  for (size_t c = slotBytes / 2; n < 4 && c >= 4096; c /= 2) out[n++] = c;
+  return n;
+}
+
+Decision select(const Tuner& t, CollKind coll, size_t bytes) {
+  Decision d;
+  d.chunkBytes = t.slotBytes;
+  const uint64_t cand = candidates(t, coll, &d.forced);
+  std::span<const AlgorithmDef> algos = algorithms();
+  size_t chunks[4];
+  const int nchunks = chunkCandidates(t.slotBytes, chunks);
+  // Strict < in table order: ties go to the earlier algorithm and the larger chunk, the
+  // same on every rank.
+  for (size_t i = 0; i < algos.size() && i < 64; ++i) {
+    if (!(cand >> i & 1)) continue;
+    if (d.algo == nullptr) d.algo = &algos[i];  // no formula at all: the first candidate
+    for (int c = 0; c < nchunks; ++c) {
+      const double us = predictUs(algos[i].name, coll, t.shape, bytes, chunks[c], t.params);
+      if (us < 0) break;
+      if (d.predictedUs < 0 || us < d.predictedUs) {
+        d.algo = &algos[i];
+        d.predictedUs = us;
+        d.chunkBytes = chunks[c];
+      }
+    }
+  }
+  return d;
+}
+
+Decision selectAndLog(const Tuner& t, CollKind coll, size_t bytes, DecisionLog* dlog) {
+  Decision d = select(t, coll, bytes);
+  if (d.algo == nullptr || !t.logCalls || !log::enabled(log::kInfo, log::kTuning)) return d;
+  int cls = 0;
+  for (size_t b = bytes; b != 0 && cls < DecisionLog::kClasses - 1; b >>= 1) ++cls;
+  int shift = 0;
+  while (shift < 40 && (size_t(1) << shift) < d.chunkBytes) ++shift;
+  const uint32_t key = uint32_t(d.algo - algorithms().data() + 1) | uint32_t(shift) << 16;
+  std::atomic<uint32_t>& last = dlog->last[static_cast<int>(coll)][cls];
+  if (last.exchange(key, std::memory_order_relaxed) == key) return d;
+  SN_INFO(log::kTuning, "%s %zu bytes -> %s, chunk %zu B, protocol %s, %d channel%s, predicted %.1f us%s",
+          collName(coll), bytes, d.algo->name, d.chunkBytes, d.proto, d.channels, d.channels == 1 ? "" : "s",
+          d.predictedUs, d.forced ? " (SNCCL_ALGO)" : "");
+  return d;
+}
+
+}  // namespace snccl::tuning

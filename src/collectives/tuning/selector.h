@@ -1,0 +1,93 @@
+// The selector: per call, the algorithm, chunk size, protocol and channel count, from the
+// cost model (cost_model.h) and the SNCCL_ALGO / SNCCL_PROTO overrides (algo_spec.h).
+//
+// Cross-rank invariant: a decision depends only on the Tuner (node structure from
+// ChannelPlan::hosts and the peers' process tokens, slot bytes, parameters: the same on
+// every rank), the collective and its byte count (NCCL requires the same count on every
+// rank), never on local measurements, so every rank picks the same schedule. Parameters
+// are process-wide; like NCCL, snccl expects the same SNCCL_ALGO on every rank.
+//
+// Cost: select() allocates nothing and reads no environment; it evaluates the formulas
+// of the few algorithms of one collective at up to 4 chunk sizes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "collectives/tuning/algo_spec.h"
+#include "collectives/tuning/cost_model.h"
+
+namespace snccl::tuning {
+
+struct Decision {
+  const AlgorithmDef* algo = nullptr;
+  size_t chunkBytes = 0;     // <= slot bytes
+  double predictedUs = -1;   // negative: the model has no formula for algo
+  bool forced = false;       // SNCCL_ALGO narrowed the choice
+  const char* proto = "Simple";  // the only host protocol (slots and credits)
+  int channels = 1;          // the host runtime runs one ring (channel) per communicator
+};
+
+// SNCCL_ALGO and SNCCL_PROTO, parsed once per process (the parameter registry reads each
+// variable once); syntax errors, ignored NCCL names and LL/LL128-only choices are warned
+// about once, here.
+struct Overrides {
+  AlgoSpec algo;
+  ProtoSpec proto;
+};
+const Overrides& processOverrides();
+// The same from given texts, warnings returned instead of logged (tests, sn_sim).
+Overrides parseOverrides(const std::string& algo, const std::string& proto, std::vector<std::string>* warnings);
+
+// Everything the selector needs about one communicator; immutable after init.
+struct Tuner {
+  CommShape shape;
+  ModelParams params;
+  size_t slotBytes = 0;
+  Overrides over;
+  bool logCalls = false;  // per-call TUNING lines (one rank per communicator logs them)
+};
+
+Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& params, const Overrides& over);
+// At communicator init: the shape from the peers' tables, host constants, process
+// overrides; logs the decision tables (INFO, TUNING) when `logTables`.
+Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
+                std::span<const int> cpus, size_t slotBytes, bool logTables);
+
+Decision select(const Tuner& t, CollKind coll, size_t bytes);
+
+// Chunk sizes the selector considers: the slot, then halves down to 4 KiB (at most 4).
+int chunkCandidates(size_t slotBytes, size_t out[4]);
+
+// The last decision per collective and power-of-two size class of one communicator, so
+// TUNING logs a call's decision only when it differs from the last one of its class: a
+// training loop logs each shape once, and the small calls a benchmark interleaves with its
+// sweep do not make every call look like a change.
+struct DecisionLog {
+  static constexpr int kClasses = 64;  // floor(log2(bytes)) + 1; class 0 = 0 bytes
+  std::atomic<uint32_t> last[kCollKinds][kClasses];
+  DecisionLog() {
+    for (auto& row : last)
+      for (auto& l : row) l.store(0, std::memory_order_relaxed);
+  }
+};
+Decision selectAndLog(const Tuner& t, CollKind coll, size_t bytes, DecisionLog* log);
+
+// The decision table: per size (8 B .. 1 GiB) the prediction of every fitting algorithm
+// and the pick. Lines without a trailing newline; the first is the header.
+std::vector<std::string> decisionTable(const Tuner& t, CollKind coll);
+// Collectives with more than one registered algorithm.
+std::vector<CollKind> tunedCollectives();
+// A line describing the tuner's shape and link parameters.
+std::string describeTuner(const Tuner& t);
+// The sizes of the tables.
+std::span<const size_t> tableSizes();
+// "8", "64K", "1G"
+std::string sizeLabel(size_t bytes);
+
+}  // namespace snccl::tuning

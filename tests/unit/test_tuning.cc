@@ -1,0 +1,290 @@
+// The cost model, the selector and the NCCL_ALGO / NCCL_PROTO parser (collectives/tuning).
+// No timing: only the model's predictions and the selector's decisions are checked.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "collectives/tuning/algo_spec.h"
+#include "collectives/tuning/cost_model.h"
+#include "collectives/tuning/selector.h"
+
+namespace snccl::tuning {
+namespace {
+
+constexpr int kAR = static_cast<int>(CollKind::kAllReduce);
+constexpr int kBC = static_cast<int>(CollKind::kBroadcast);
+constexpr int kAG = static_cast<int>(CollKind::kAllGather);
+
+const std::string_view kNames[] = {"ring", "tree", "hier"};
+
+TEST(AlgoSyntax, EveryForm) {
+  Selection s;
+  ASSERT_TRUE(parseSelection("", kNames, &s).ok());
+  EXPECT_FALSE(s.restricted[kAR]);
+  EXPECT_EQ(s.masks[kAR], 7u);
+
+  ASSERT_TRUE(parseSelection("ring,tree", kNames, &s).ok());
+  EXPECT_EQ(s.masks[kAR], 3u);
+  EXPECT_EQ(s.masks[kBC], 3u);
+  EXPECT_TRUE(s.restricted[kBC]);
+
+  ASSERT_TRUE(parseSelection("^tree", kNames, &s).ok());
+  EXPECT_EQ(s.masks[kAR], 5u);
+
+  ASSERT_TRUE(parseSelection("allreduce:tree;broadcast:ring", kNames, &s).ok());
+  EXPECT_EQ(s.masks[kAR], 2u);
+  EXPECT_EQ(s.masks[kBC], 1u);
+  EXPECT_FALSE(s.restricted[kAG]);
+  EXPECT_EQ(s.masks[kAG], 7u);
+
+  // A global part plus per-collective parts (which win whatever their position); case and
+  // blanks do not matter; a trailing ';' is fine.
+  ASSERT_TRUE(parseSelection(" AllReduce : ^Ring ; RING ;", kNames, &s).ok());
+  EXPECT_EQ(s.masks[kAR], 6u);
+  EXPECT_EQ(s.masks[kBC], 1u);
+  EXPECT_EQ(s.mentioned, 1u);
+}
+
+TEST(AlgoSyntax, BadSyntaxNamesThePartAndEnablesAll) {
+  for (const char* bad : {"ring,,tree", "bogus", "allreduce:", "nosuchcoll:ring", "ring;tree",
+                          "allreduce:ring;allreduce:tree", "^", "ring,"}) {
+    Selection s;
+    Status st = parseSelection(bad, kNames, &s);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.code(), ncclInvalidArgument) << bad;
+    EXPECT_FALSE(st.message().empty());
+    EXPECT_FALSE(s.restricted[kAR]) << bad;
+    EXPECT_EQ(s.masks[kAR], 7u) << bad;
+  }
+  Selection s;
+  EXPECT_NE(parseSelection("bogus", kNames, &s).message().find("bogus"), std::string::npos);
+  EXPECT_NE(parseSelection("gather:ring;nosuchcoll:ring", kNames, &s).message().find("nosuchcoll"), std::string::npos);
+}
+
+TEST(AlgoSyntax, NcclOnlyAlgorithmsAreIgnored) {
+  AlgoSpec a;
+  ASSERT_TRUE(parseAlgoSpec("NVLS,ring,PAT", &a).ok());
+  EXPECT_EQ(a.ignored, "NVLS, PAT");
+  ASSERT_TRUE(parseAlgoSpec("^CollnetDirect", &a).ok());
+  EXPECT_EQ(a.ignored, "CollnetDirect");
+  EXPECT_TRUE(a.restricted[kAR]);
+  // ^CollnetDirect leaves every snccl algorithm enabled.
+  for (size_t i = 0; i < algorithms().size(); ++i)
+    if (algorithms()[i].coll == CollKind::kAllReduce) {
+      EXPECT_TRUE(a.allowed[kAR] >> i & 1);
+    }
+  EXPECT_FALSE(parseAlgoSpec("ring,nosuchalgo", &a).ok());
+}
+
+TEST(ProtoSyntax, OnlySimpleExists) {
+  ProtoSpec p;
+  ASSERT_TRUE(parseProtoSpec("", &p).ok());
+  EXPECT_FALSE(p.any);
+  ASSERT_TRUE(parseProtoSpec("LL,LL128", &p).ok());
+  EXPECT_TRUE(p.any);
+  EXPECT_TRUE(p.simpleOff[kAR]);
+  ASSERT_TRUE(parseProtoSpec("^LL128;allreduce:LL128", &p).ok());  // NCCL's own example
+  EXPECT_TRUE(p.simpleOff[kAR]);
+  EXPECT_FALSE(p.simpleOff[kBC]);
+  ASSERT_TRUE(parseProtoSpec("simple", &p).ok());
+  EXPECT_FALSE(p.any);
+  EXPECT_FALSE(parseProtoSpec("LL256", &p).ok());
+
+  std::vector<std::string> warnings;
+  parseOverrides("", "LL", &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("GPU protocols"), std::string::npos);
+  warnings.clear();
+  parseOverrides("ring;;tree,", "", &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("not valid"), std::string::npos);
+}
+
+Tuner tuner(int nranks, int nnodes, LinkClass intra = LinkClass::kShm, const std::string& algo = "") {
+  std::vector<std::string> w;
+  return makeTuner(evenShape(nranks, nnodes, intra), 128 << 10, hostDefaults(), parseOverrides(algo, "", &w));
+}
+
+TEST(CostModel, ShapeFromHosts) {
+  const uint64_t hosts[] = {7, 7, 9, 9, 9};
+  const uint64_t procs[] = {1, 1, 2, 3, 4};
+  CommShape s = shapeFromHosts(5, hosts, procs);
+  EXPECT_EQ(s.nnodes, 2);
+  EXPECT_EQ(s.minPerNode, 2);
+  EXPECT_EQ(s.maxPerNode, 3);
+  EXPECT_FALSE(s.uniform());
+  EXPECT_EQ(s.intra, LinkClass::kShm);  // node 9 has three processes
+  const uint64_t same[] = {1, 1, 1, 1, 1};
+  EXPECT_EQ(shapeFromHosts(5, hosts, same).intra, LinkClass::kLocal);
+  EXPECT_EQ(shapeFromHosts(5, {}, {}).nnodes, 1);
+  CommShape e = evenShape(10, 4, LinkClass::kShm);
+  EXPECT_EQ(e.minPerNode, 2);
+  EXPECT_EQ(e.maxPerNode, 3);
+}
+
+// More ranks on a node than it has CPUs: every hop waits for a sender to be scheduled, so
+// small AllReduces favour the fewest dependent hops (rd) over the direct exchange, which
+// waits for n-1 senders per phase; with a CPU per rank nothing changes.
+TEST(CostModel, OversubscribedNodesFavourFewerHops) {
+  const uint64_t hosts[] = {5, 5, 5, 5, 5, 5, 5, 5, 6, 6};
+  const int twoCpus[] = {2, 2, 2, 2, 2, 2, 2, 2, 64, 64};
+  EXPECT_DOUBLE_EQ(shapeFromHosts(10, hosts, {}, twoCpus).oversub, 4.0);  // the busiest node
+  const int manyCpus[] = {64, 64, 64, 64, 64, 64, 64, 64, 64, 64};
+  EXPECT_DOUBLE_EQ(shapeFromHosts(10, hosts, {}, manyCpus).oversub, 1.0);
+  EXPECT_DOUBLE_EQ(shapeFromHosts(10, hosts, {}, {}).oversub, 1.0);
+
+  const ModelParams p = hostDefaults();
+  CommShape sh = evenShape(8, 1, LinkClass::kShm);
+  std::vector<std::string> w;
+  const Tuner ample = makeTuner(sh, 128 << 10, p, parseOverrides("", "", &w));
+  sh.oversub = 4.0;
+  const Tuner crowded = makeTuner(sh, 128 << 10, p, parseOverrides("", "", &w));
+  EXPECT_STREQ(select(ample, CollKind::kAllReduce, 64).algo->name, "direct");
+  EXPECT_STREQ(select(crowded, CollKind::kAllReduce, 64).algo->name, "rd");
+  EXPECT_STREQ(select(crowded, CollKind::kAllReduce, size_t(64) << 20).algo->name, "ring");
+  // Oversubscription only ever makes a prediction slower.
+  for (const char* a : {"ring", "tree", "direct", "rd"})
+    EXPECT_GT(predictUs(a, CollKind::kAllReduce, sh, 4096, 128 << 10, p),
+              predictUs(a, CollKind::kAllReduce, evenShape(8, 1, LinkClass::kShm), 4096, 128 << 10, p))
+        << a;
+}
+
+TEST(CostModel, MonotonicInBytes) {
+  const ModelParams p = hostDefaults();
+  for (int n : {2, 3, 8, 64, 1024})
+    for (int nodes : {1, 2, 4})
+      for (const AlgorithmDef& a : algorithms()) {
+        if (!hasFormula(a.name, a.coll) || nodes > n) continue;
+        const CommShape sh = evenShape(n, nodes, LinkClass::kShm);
+        double prev = 0;
+        for (size_t bytes = 8; bytes <= (size_t(1) << 30); bytes *= 4) {
+          const double us = predictUs(a.name, a.coll, sh, bytes, 128 << 10, p);
+          if (us < 0) break;  // does not apply to this shape
+          EXPECT_GE(us, prev) << a.name << " " << collName(a.coll) << " n=" << n << " bytes=" << bytes;
+          prev = us;
+        }
+      }
+}
+
+TEST(CostModel, RingWinsLargeLatencyBoundAlgorithmsWinSmall) {
+  for (int n : {4, 8, 16}) {
+    const Tuner t = tuner(n, 1);
+    EXPECT_STREQ(select(t, CollKind::kAllReduce, size_t(1) << 30).algo->name, "ring") << n;
+  }
+  // Many ranks, small messages: a latency-bound algorithm (log2 n hops), never the ring.
+  for (int n : {64, 1024, 8192}) {
+    const Tuner t = tuner(n, n / 8);
+    const char* pick = select(t, CollKind::kAllReduce, 8).algo->name;
+    EXPECT_STRNE(pick, "ring") << n;
+    EXPECT_STRNE(pick, "hier") << n;
+    EXPECT_STRNE(select(t, CollKind::kBroadcast, 8).algo->name, "ring") << n;
+  }
+  // 2 ranks, tiny message: one hop (direct) beats the ring's two.
+  EXPECT_STREQ(select(tuner(2, 1), CollKind::kAllReduce, 64).algo->name, "direct");
+  // Nodes over TCP with many ranks each, large message: hier keeps most bytes in the node.
+  EXPECT_STREQ(select(tuner(32, 4), CollKind::kAllReduce, 64 << 20).algo->name, "hier");
+}
+
+TEST(Selector, PickIsTheModelsBestAndFits) {
+  for (int n : {1, 2, 3, 5, 8, 9, 64, 1000}) {
+    for (int nodes : {1, 2, 3}) {
+      if (nodes > n) continue;
+      const Tuner t = tuner(n, nodes);
+      for (CollKind c : {CollKind::kAllReduce, CollKind::kBroadcast, CollKind::kReduce, CollKind::kAllGather,
+                         CollKind::kReduceScatter, CollKind::kAlltoAll, CollKind::kGather, CollKind::kScatter}) {
+        for (size_t bytes : tableSizes()) {
+          const Decision d = select(t, c, bytes);
+          ASSERT_NE(d.algo, nullptr);
+          EXPECT_EQ(d.algo->coll, c);
+          EXPECT_TRUE(d.algo->maxRanks == 0 || n <= d.algo->maxRanks) << d.algo->name << " n=" << n;
+          EXPECT_LE(d.chunkBytes, t.slotBytes);
+          EXPECT_GT(d.chunkBytes, 0u);
+          EXPECT_EQ(d.channels, 1);
+          EXPECT_STREQ(d.proto, "Simple");
+          for (const AlgorithmDef& a : algorithms()) {
+            if (a.coll != c || (a.maxRanks != 0 && n > a.maxRanks)) continue;
+            size_t chunks[4];
+            for (int k = 0, nk = chunkCandidates(t.slotBytes, chunks); k < nk; ++k) {
+              const double us = predictUs(a.name, c, t.shape, bytes, chunks[k], t.params);
+              if (us >= 0) {
+                EXPECT_LE(d.predictedUs, us) << a.name << " n=" << n << " bytes=" << bytes;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Selector, Deterministic) {
+  for (int n : {3, 8, 96}) {
+    const Tuner a = tuner(n, n > 8 ? 12 : 1), b = tuner(n, n > 8 ? 12 : 1);
+    for (size_t bytes = 1; bytes <= (size_t(1) << 30); bytes = bytes * 3 + 1) {
+      const Decision x = select(a, CollKind::kAllReduce, bytes), y = select(b, CollKind::kAllReduce, bytes);
+      EXPECT_EQ(x.algo, y.algo);
+      EXPECT_EQ(x.chunkBytes, y.chunkBytes);
+      EXPECT_EQ(x.predictedUs, y.predictedUs);
+    }
+  }
+}
+
+TEST(Selector, ObeysForcedAlgorithms) {
+  for (int n : {2, 3, 8, 64, 1024}) {
+    for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 16, size_t{1} << 30}) {
+      Decision d = select(tuner(n, 1, LinkClass::kShm, "tree"), CollKind::kAllReduce, bytes);
+      EXPECT_STREQ(d.algo->name, "tree");
+      EXPECT_TRUE(d.forced);
+      EXPECT_STREQ(select(tuner(n, 1, LinkClass::kShm, "ring"), CollKind::kBroadcast, bytes).algo->name, "ring");
+      EXPECT_STRNE(select(tuner(n, 1, LinkClass::kShm, "^ring"), CollKind::kAllReduce, bytes).algo->name, "ring");
+      const Tuner per = tuner(n, 1, LinkClass::kShm, "allreduce:tree;broadcast:ring");
+      EXPECT_STREQ(select(per, CollKind::kAllReduce, bytes).algo->name, "tree");
+      EXPECT_STREQ(select(per, CollKind::kBroadcast, bytes).algo->name, "ring");
+      EXPECT_FALSE(select(per, CollKind::kReduce, bytes).forced);
+    }
+  }
+  EXPECT_STREQ(select(tuner(16, 2, LinkClass::kShm, "hier"), CollKind::kAllReduce, 1 << 20).algo->name, "hier");
+  // No tree AllGather: the forced set is empty for it and the model decides.
+  Decision ag = select(tuner(16, 1, LinkClass::kShm, "tree"), CollKind::kAllGather, 1 << 20);
+  EXPECT_STREQ(ag.algo->name, "ring");
+  EXPECT_FALSE(ag.forced);
+  // A forced algorithm that does not fit the communicator (direct has a rank limit, when
+  // registered with one) falls back to the model.
+  for (const AlgorithmDef& a : algorithms()) {
+    if (a.maxRanks == 0) continue;
+    Decision d = select(tuner(a.maxRanks + 1, 1, LinkClass::kShm, a.name), a.coll, 8);
+    EXPECT_STRNE(d.algo->name, a.name);
+  }
+  // Invalid syntax: ignored as a whole.
+  EXPECT_FALSE(select(tuner(8, 1, LinkClass::kShm, "tree,,ring"), CollKind::kAllReduce, 8).forced);
+}
+
+TEST(Selector, ChunkNeverAboveSlotAndSmallerForPipelines) {
+  std::vector<std::string> w;
+  const Tuner t = makeTuner(evenShape(64, 1, LinkClass::kShm), 1 << 20, hostDefaults(), parseOverrides("ring", "", &w));
+  // A 64-rank chain broadcast of a few slots: smaller chunks fill the pipeline sooner.
+  const Decision d = select(t, CollKind::kBroadcast, 4 << 20);
+  EXPECT_LT(d.chunkBytes, size_t(1) << 20);
+  size_t chunks[4];
+  EXPECT_EQ(chunkCandidates(4096, chunks), 1);
+  EXPECT_EQ(chunkCandidates(1 << 20, chunks), 4);
+  EXPECT_EQ(chunks[3], size_t(128) << 10);
+}
+
+TEST(Selector, TablesHaveARowPerSize) {
+  const Tuner t = tuner(16, 2);
+  for (CollKind c : tunedCollectives()) {
+    const std::vector<std::string> lines = decisionTable(t, c);
+    EXPECT_EQ(lines.size(), tableSizes().size() + 1);
+    EXPECT_NE(lines[0].find(collName(c)), std::string::npos);
+  }
+  EXPECT_NE(describeTuner(t).find("16 ranks, 2 nodes"), std::string::npos);
+  EXPECT_EQ(sizeLabel(1 << 30), "1G");
+  EXPECT_EQ(sizeLabel(64 << 10), "64K");
+  EXPECT_EQ(sizeLabel(8), "8");
+}
+
+}  // namespace
+}  // namespace snccl::tuning
