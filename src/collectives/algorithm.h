@@ -22,7 +22,7 @@ struct AlgorithmDef {
 };
 
 std::span<const AlgorithmDef> algorithms();
-// The default algorithm for a collective (until the selector exists: the first listed).
+// The first algorithm listed for a collective: the selector's fallback, and what tests use.
 const AlgorithmDef* defaultAlgorithm(CollKind coll);
 // The algorithm for one call is chosen by the selector (tuning/selector.h).
 const AlgorithmDef* findAlgorithm(CollKind coll, const char* name);

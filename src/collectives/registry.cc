@@ -1,5 +1,6 @@
 // The algorithm table. A new algorithm is its file under <family>/ plus one line here.
-// The first entry listed for a collective is its default until the selector exists.
+// The first entry listed for a collective is its fallback: the selector (tuning/) picks
+// among all entries per call, and uses the first where the model has no prediction.
 #include <cstring>
 
 #include "collectives/algorithm.h"
