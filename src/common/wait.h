@@ -52,8 +52,9 @@ class Backoff {
   uint32_t iter_ = 0;
 };
 
-// Spin budget for this process: SNCCL_SPIN_US, reduced when more ranks than cores are
-// expected to run on this host (spinning then only steals the peer's time slice).
+// Spin budget for this process: SNCCL_SPIN_US, or 0 when more threads that must progress
+// than cores are expected to run on this host (spinning then only steals the peer's time
+// slice).
 int64_t spinBudgetUs(int localRanks);
 
 // How long a waiter yields (sched_yield) between spinning and sleeping: only when this
