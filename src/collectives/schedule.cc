@@ -100,22 +100,31 @@ size_t addLane(Schedule* out, size_t* used) {
 
 void finishLanes(Schedule* out, size_t used) { out->lanes.resize(used); }
 
-std::vector<Step>* beginAllReduce(const CollArgs& a, Schedule* out) {
-  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
-  out->bufs.push_back({BufRole::kInput, a.count});
-  out->bufs.push_back({BufRole::kOutput, a.count});
+namespace {
+// The single lane of a one-lane collective schedule, or nullptr (and no lane) when
+// `empty`: the shared tail of the begin* prologues below.
+std::vector<Step>* singleLane(Schedule* out, bool empty) {
   size_t used = 0;
-  if (a.count == 0) {
+  if (empty) {
     finishLanes(out, 0);
     return nullptr;
   }
   std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
   finishLanes(out, used);
-  if (a.nranks == 1) {
-    steps.push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
+  return &steps;
+}
+}  // namespace
+
+std::vector<Step>* beginAllReduce(const CollArgs& a, Schedule* out) {
+  resetSchedule(out, CollKind::kAllReduce, /*reduces=*/true);
+  out->bufs.push_back({BufRole::kInput, a.count});
+  out->bufs.push_back({BufRole::kOutput, a.count});
+  std::vector<Step>* steps = singleLane(out, a.count == 0);
+  if (steps != nullptr && a.nranks == 1) {
+    steps->push_back(mkCopy(inRef(0), outRef(0), a.count, /*final=*/true));
     return nullptr;
   }
-  return &steps;
+  return steps;
 }
 
 std::vector<Step>* beginBroadcast(const CollArgs& a, Schedule* out) {
@@ -124,28 +133,14 @@ std::vector<Step>* beginBroadcast(const CollArgs& a, Schedule* out) {
   out->bufs.push_back({BufRole::kInput, isRoot ? a.count : 0});
   out->bufs.push_back({BufRole::kOutput, a.count});
   const bool rootCopies = isRoot && !a.inPlace;
-  size_t used = 0;
-  if (a.count == 0 || (a.nranks == 1 && !rootCopies)) {
-    finishLanes(out, 0);
-    return nullptr;
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
-  return &steps;
+  return singleLane(out, a.count == 0 || (a.nranks == 1 && !rootCopies));
 }
 
 std::vector<Step>* beginReduce(const CollArgs& a, Schedule* out) {
   resetSchedule(out, CollKind::kReduce, /*reduces=*/true);
   out->bufs.push_back({BufRole::kInput, a.count});
   out->bufs.push_back({BufRole::kOutput, a.rank == a.root ? a.count : 0});
-  size_t used = 0;
-  if (a.count == 0) {
-    finishLanes(out, 0);
-    return nullptr;
-  }
-  std::vector<Step>& steps = out->lanes[addLane(out, &used)].steps;
-  finishLanes(out, used);
-  return &steps;
+  return singleLane(out, a.count == 0);
 }
 
 }  // namespace sched
