@@ -79,6 +79,10 @@ Status finishInit(ncclComm* comm) {
   // on other nodes, the proxy and doorbell threads that move their bytes. A waiter that
   // spins on the core those need only delays its own message: measured over TCP between
   // two namespaces on 2 CPUs, a 1 ms spin cut busbw to a third and made 8 B take 330 us.
+  // Since the executor drives its net rings itself while it waits (net/proxy.h), those
+  // threads mostly sleep during an operation; counting them or not measured the same
+  // (3 interleaved rounds each, 8 B to 16 MiB), so they stay counted for the cases where
+  // they do run (the rank asleep, between operations).
   const int busyThreads = comm->localRanks + (comm->tuner.shape.nnodes > 1 ? 2 : 0);
   comm->spinUs = spinBudgetUs(busyThreads);
   comm->yieldUs = yieldBudgetUs(busyThreads);

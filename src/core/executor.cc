@@ -147,7 +147,9 @@ Result<bool> CommRunner::progress() {
       laneStep_.assign(op.sched->lanes.size(), 0);
       opStartNs_ = Backoff::nowNs();
       started_ = true;
+      claimsMade_ = false;
     }
+    if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
     bool allDone = true;
     for (size_t l = 0; l < op.sched->lanes.size(); ++l) {
@@ -167,6 +169,29 @@ Result<bool> CommRunner::progress() {
     started_ = false;
   }
   return true;
+}
+
+void CommRunner::claimDriven(const ExecOp& op) {
+  claimsMade_ = true;
+  auto claim = [&](Connection* c) {
+    if (c == nullptr || !c->drivable() || std::find(driven_.begin(), driven_.end(), c) != driven_.end()) return;
+    c->claimDrive();
+    driven_.push_back(c);
+  };
+  for (int p : op.prep->sendPeers) claim(comm_->sendConn[p].get());
+  for (int p : op.prep->recvPeers) claim(comm_->recvConn[p].get());
+}
+
+bool CommRunner::driveNet() {
+  bool moved = false;
+  for (Connection* c : driven_) moved |= c->drive();
+  return moved;
+}
+
+void CommRunner::releaseDriven(bool waiting) {
+  for (Connection* c : driven_) c->releaseDrive(waiting);
+  driven_.clear();
+  claimsMade_ = false;
 }
 
 Status CommRunner::checkBlocked() {
@@ -240,6 +265,8 @@ Status CommRunner::checkBlocked() {
 
 Status CommRunner::sleepOnBlocked() {
   SNCCL_TRY(checkBlocked());
+  // Asleep, the runner cannot drive its net rings: the proxy moves them and wakes it.
+  releaseDriven(true);
   if (blockedConn_ != nullptr) {
     blockedConn_->sleep(blockedSender_, kSleepSliceUs);
   } else {
@@ -306,7 +333,7 @@ Status runOne(CommRunner* r) {
     Result<bool> res = r->progress();
     if (!res.ok()) return res.status();
     if (res.value()) return OkStatus();
-    if (r->moved()) {
+    if (r->moved() || r->driveNet()) {
       backoff.reset();
     } else if (backoff.idle() == Backoff::Phase::kSleep) {
       SNCCL_TRY(r->sleepOnBlocked());
@@ -334,11 +361,18 @@ Status runLoop(std::span<CommRunner*> runners) {
       }
     }
     if (remaining == 0) break;
+    if (!moved)
+      for (size_t i = 0; i < runners.size(); ++i)
+        if (!done[i]) moved |= runners[i]->driveNet();
     if (moved) {
       backoff.reset();
       continue;
     }
     if (backoff.idle() == Backoff::Phase::kSleep) {
+      // The thread sleeps on one runner's ring: every runner's net rings go back to the
+      // proxy meanwhile, or a peer of another runner could wait on this sleep.
+      for (size_t i = 0; i < runners.size(); ++i)
+        if (!done[i]) runners[i]->releaseDriven(true);
       for (size_t i = 0; i < runners.size(); ++i)
         if (!done[i]) {
           SNCCL_TRY(runners[i]->sleepOnBlocked());
@@ -376,6 +410,7 @@ Status runRunners(std::span<CommRunner*> runners) {
   }
   if (st.ok()) st = connectAll(runners);
   if (st.ok()) st = runLoop(runners);
+  for (CommRunner* r : runners) r->releaseDriven(false);
   // A failure in a group is fatal to every communicator of the group (NCCL semantics).
   if (!st.ok())
     for (CommRunner* r : runners) commSetError(r->comm(), st);

@@ -76,11 +76,18 @@ class CommRunner {
   bool needsConnect() const;
   // Whether the last progress() call executed at least one step.
   bool moved() const { return moved_; }
+  // Moves data on the net rings of the ops started so far, which the runner claims from
+  // the proxy while it runs (net/proxy.h says why); true when anything moved.
+  bool driveNet();
+  // Hands those rings back to the proxy: before sleeping (`waiting`), and when the
+  // runner stops.
+  void releaseDriven(bool waiting);
   uint64_t ticket() const { return ticket_; }
 
  private:
   Result<bool> tryStep(ExecOp& op, const Step& st);
   Status checkBlocked();
+  void claimDriven(const ExecOp& op);
 
   ncclComm* comm_;
   std::vector<ExecOp> ops_;
@@ -95,6 +102,8 @@ class CommRunner {
   Connection* blockedConn_ = nullptr;
   bool blockedSender_ = false;
   int64_t lastLivenessCheckNs_ = 0;
+  std::vector<Connection*> driven_;  // claimed net rings; only this runner's thread drives them
+  bool claimsMade_ = false;          // the current op's rings are in driven_
 };
 
 // Runs the runners to completion (or first error) on this thread.

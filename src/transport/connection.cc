@@ -17,6 +17,7 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
       nsteps_(ctrl->nsteps),
       slotBytes_(ctrl->slotBytes),
       inline_(memory_ && memory_->inlineMessages()),
+      drivable_(memory_ && memory_->drivable()),
       peer_(peer),
       peerPid_(peerPid),
       transport_(transport) {}

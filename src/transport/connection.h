@@ -70,6 +70,16 @@ class ConnMemory {
   // (ConnFifoEntry::seq). Both ends are built by the same transport, so they agree.
   // A ring whose other end is a proxy thread (net) says no: the proxy reads slots.
   virtual bool inlineMessages() const { return false; }
+  // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
+  // may instead be driven by the executor while it waits (net/proxy.h says why):
+  // claimDrive() claims the ring for the calling thread, drive() then moves what can move
+  // now (true when something did), releaseDrive() hands it back to the helper; `waiting`
+  // says the caller is about to sleep until the helper moves something on this ring.
+  // Only the thread that claimed calls drive() or gives the claim up.
+  virtual bool drivable() const { return false; }
+  virtual void claimDrive() {}
+  virtual void releaseDrive(bool /*waiting*/) {}
+  virtual bool drive() { return false; }
 };
 
 class Connection {
@@ -135,6 +145,12 @@ class Connection {
   // The transport's account of a failure on this end (ConnMemory::failureDetail).
   std::string failureDetail() const { return memory_ ? memory_->failureDetail() : std::string(); }
 
+  // Executor-driven rings (ConnMemory::drivable).
+  bool drivable() const { return drivable_; }
+  void claimDrive() { memory_->claimDrive(); }
+  void releaseDrive(bool waiting) { memory_->releaseDrive(waiting); }
+  bool drive() { return memory_->drive(); }
+
  private:
   ConnCtrl* ctrl_;
   char* slots_;
@@ -144,6 +160,7 @@ class Connection {
   uint64_t step_ = 0;
   uint64_t cachedPeer_ = 0;  // last seen head (sender) or tail (receiver)
   bool inline_;              // ConnMemory::inlineMessages()
+  bool drivable_;            // ConnMemory::drivable()
   int peer_;
   pid_t peerPid_;
   const char* transport_;

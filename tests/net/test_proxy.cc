@@ -1,7 +1,8 @@
 // The proxy thread and its doorbell, with fake entries: an executor-style bump wakes a
 // sleeping proxy every time (no lost wake-ups), release() waits until the entry lets go
-// of its ring, the thread ends with the last entry and comes back with the next, and an
-// idle proxy does not spin.
+// of its ring, the thread ends with the last entry and comes back with the next, an idle
+// proxy does not spin, and an entry an executor claims is left to it until the claim
+// ends (then a sleeping proxy takes over when, and only when, the entry needs it).
 #include <gtest/gtest.h>
 #include <dirent.h>
 #include <poll.h>
@@ -51,6 +52,7 @@ struct Probe {
   std::atomic<long> passes{0};
   std::atomic<bool> flushed{true};
   std::atomic<bool> closed{false};
+  std::atomic<bool> owes{true};       // needsProxy()
 };
 
 class FakeEntry : public ProxyEntry {
@@ -71,6 +73,7 @@ class FakeEntry : public ProxyEntry {
   void disarm() override { p_->sleeping.store(0); }
   bool detachReady() override { return p_->flushed.load(); }
   void closeNet() override { p_->closed = true; }
+  bool needsProxy() override { return p_->owes.load(); }
 
  private:
   Probe* p_;
@@ -171,6 +174,84 @@ TEST(Proxy, ReleaseWaitsUntilTheEntryLetsGoOfItsRing) {
   t.join();
   EXPECT_TRUE(released.load());
   EXPECT_TRUE(eventually([&] { return p.closed.load(); }));
+}
+
+// The executor's claim: while it holds one, the proxy leaves the entry alone even when it
+// wakes for another entry; tryDrive moves it from the claimant's thread.
+TEST(Proxy, ClaimedEntryIsLeftToItsClaimant) {
+  sntest::Watchdog dog(60, "ClaimedEntryIsLeftToItsClaimant");
+  Probe p, other;
+  ProxyEntry* e = addFake(&p);
+  ProxyEntry* eo = addFake(&other);
+  ASSERT_TRUE(eventually([&] { return p.sleeping.load() == 1; }));
+  e->claim();
+  post(other);  // wakes the proxy, which must now skip the claimed entry
+  ASSERT_TRUE(eventually([&] { return other.handled.load() == 1; }));
+  p.work.fetch_add(1);  // work only the claimant may do
+  for (int i = 0; i < 20; ++i) {
+    post(other);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(eventually([&] { return other.handled.load() == 21; }));
+  EXPECT_EQ(p.handled.load(), 0) << "the proxy progressed an entry an executor claimed";
+  EXPECT_TRUE(e->tryDrive());
+  EXPECT_EQ(p.handled.load(), 1);
+  EXPECT_FALSE(e->tryDrive()) << "nothing left to move";
+  // Giving the claim up with work pending: the proxy must take over.
+  p.work.fetch_add(1);
+  e->unclaim();
+  Proxy::instance().unclaimed();
+  EXPECT_TRUE(eventually([&] { return p.handled.load() == 2; })) << "the proxy did not take the entry back";
+  releaseAndWait(e, p);
+  releaseAndWait(eo, other);
+}
+
+// A claim given up while the proxy sleeps with only that entry claimed (so it watches
+// nothing but its eventfd): unclaimed() must wake it, whatever the interleaving.
+TEST(Proxy, UnclaimWakesASleepingProxy) {
+  sntest::Watchdog dog(120, "UnclaimWakesASleepingProxy");
+  Probe p;
+  ProxyEntry* e = addFake(&p);
+  for (int i = 1; i <= 200; ++i) {
+    e->claim();
+    if (i % 2) std::this_thread::sleep_for(std::chrono::microseconds(300));  // let it sleep
+    p.work.fetch_add(1);
+    // What NetRing::releaseDrive does while the executor is about to sleep on the ring.
+    // The fake's progress() runs inside unclaimAfterDriving, so add the work after it.
+    bool wake = e->unclaimAfterDriving(true);
+    EXPECT_TRUE(wake);
+    p.work.fetch_add(1);
+    Proxy::instance().unclaimed();
+    ASSERT_TRUE(eventually([&] { return p.handled.load() == 2 * i; })) << "round " << i << ": proxy slept on";
+  }
+  releaseAndWait(e, p);
+}
+
+// Between operations an entry that owes nothing is handed back without waking the proxy
+// (a wake-up costs more than a small operation here); any later wake-up picks it up.
+TEST(Proxy, UnclaimWithoutWorkLeavesTheProxyAsleep) {
+  sntest::Watchdog dog(60, "UnclaimWithoutWorkLeavesTheProxyAsleep");
+  Probe p, other;
+  ProxyEntry* e = addFake(&p);
+  ProxyEntry* eo = addFake(&other);
+  ASSERT_TRUE(eventually([&] { return p.sleeping.load() == 1 && other.sleeping.load() == 1; }));
+  e->claim();
+  post(other);
+  ASSERT_TRUE(eventually([&] { return other.handled.load() == 1 && other.sleeping.load() == 1; }));
+  p.owes = false;
+  EXPECT_FALSE(e->unclaimAfterDriving(false)) << "an entry that owes nothing asked for the proxy";
+  long before = other.passes.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LT(other.passes.load() - before, 3) << "the proxy woke although nothing needed it";
+  p.owes = true;
+  e->claim();
+  EXPECT_TRUE(e->unclaimAfterDriving(false));
+  // Unclaimed but unwatched: the next wake-up for any reason includes it again.
+  p.work.fetch_add(1);
+  post(other);
+  EXPECT_TRUE(eventually([&] { return p.handled.load() == 1 && other.handled.load() == 2; }));
+  releaseAndWait(e, p);
+  releaseAndWait(eo, other);
 }
 
 TEST(Proxy, ThreadEndsWithTheLastEntryAndRestarts) {

@@ -110,6 +110,10 @@ class Net {
   // Appends the descriptors (and events) to wait for before the next test() can make
   // progress. False when the plugin cannot tell (the caller then polls on a timer).
   virtual bool pollFds(const Comm* comm, std::vector<pollfd>* fds) const = 0;
+  // Not in ncclNet: true when the comm owes the peer nothing until the caller posts more
+  // (no control or data bytes waiting to be written, no message half read), so nobody
+  // needs to test() it until then. The default, "cannot tell", keeps the proxy watching.
+  virtual bool quiescent(const Comm* /*comm*/) const { return false; }
 
   // Closing sends a best-effort goodbye so the peer can tell a clean close from a loss.
   // abortCode != 0 tells the peer this end failed instead: an ncclResult_t in the low 8

@@ -117,21 +117,9 @@ bool SendEntry::progress() {
     if (comm_ == nullptr) return false;
     setActive();
   }
+  // New messages go out first (they are on the peer's critical path), then completions
+  // free their slots (a send just handed over often completes in the same pass).
   bool moved = false;
-  while (!inflight_.empty()) {
-    bool done = false;
-    size_t size = 0;
-    Status s = net_->test(inflight_.front(), &done, &size, nullptr);
-    if (!s.ok()) {
-      inflight_.pop_front();
-      fail(s);
-      return true;
-    }
-    if (!done) break;
-    inflight_.pop_front();
-    publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
-    moved = true;
-  }
   uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
   seen_ = tail;
   while (posted_ < tail) {
@@ -147,6 +135,20 @@ bool SendEntry::progress() {
     ++posted_;
     moved = true;
   }
+  while (!inflight_.empty()) {
+    bool done = false;
+    size_t size = 0;
+    Status s = net_->test(inflight_.front(), &done, &size, nullptr);
+    if (!s.ok()) {
+      inflight_.pop_front();
+      fail(s);
+      return true;
+    }
+    if (!done) break;
+    inflight_.pop_front();
+    publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
+    moved = true;
+  }
   return moved;
 }
 
@@ -156,6 +158,11 @@ bool SendEntry::arm() {
   // Only news since progress() looked counts: posted-but-uncredited messages wait on the
   // socket, not on the executor.
   return state_ != State::kActive || ring_.ctrl->tail.load(std::memory_order_seq_cst) == seen_;
+}
+
+bool SendEntry::needsProxy() {
+  return state_ != State::kActive || posted_ < ring_.ctrl->tail.load(std::memory_order_acquire) ||
+         !inflight_.empty() || !net_->quiescent(comm_);
 }
 
 bool SendEntry::detachReady() {
@@ -247,6 +254,11 @@ bool RecvEntry::arm() {
   ring_.ctrl->sendSleeping.store(1, std::memory_order_seq_cst);
   if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
   return state_ != State::kActive || ring_.ctrl->head.load(std::memory_order_seq_cst) == seen_;
+}
+
+bool RecvEntry::needsProxy() {
+  return state_ != State::kActive || deferredPoison_ != 0 ||
+         posted_ < ring_.ctrl->head.load(std::memory_order_acquire) + ring_.nsteps || !net_->quiescent(comm_);
 }
 
 void RecvEntry::closeComm(uint32_t abortCode) {

@@ -118,6 +118,7 @@ class SendEntry : public NetEntry {
   bool arm() override;
   void disarm() override { ring_.ctrl->recvSleeping.store(0, std::memory_order_relaxed); }
   bool detachReady() override;
+  bool needsProxy() override;
 
  protected:
   Comm* comm() const override { return comm_; }
@@ -137,6 +138,7 @@ class RecvEntry : public NetEntry {
   bool arm() override;
   void disarm() override { ring_.ctrl->sendSleeping.store(0, std::memory_order_relaxed); }
   bool detachReady() override { return true; }  // nothing of the ring is owed to anyone
+  bool needsProxy() override;
 
  protected:
   Comm* comm() const override { return comm_; }

@@ -25,14 +25,21 @@ namespace {
 using net::Proxy;
 
 // The ring's memory; releases the proxy entry (which may first flush what the executor
-// posted) before the memory goes away.
+// posted) before the memory goes away. The executor may drive the entry itself while it
+// waits (net/proxy.h).
 class NetRing : public ConnMemory {
  public:
-  NetRing(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  NetRing(void* base, size_t bytes) : base_(base), bytes_(bytes), proxy_(&Proxy::instance()) {}
   ~NetRing() override {
-    if (entry_ != nullptr) Proxy::instance().release(entry_);
+    if (entry_ != nullptr) proxy_->release(entry_);
     munmap(base_, bytes_);
   }
+  bool drivable() const override { return true; }
+  void claimDrive() override { entry_->claim(); }
+  void releaseDrive(bool waiting) override {
+    if (entry_->unclaimAfterDriving(waiting)) proxy_->unclaimed();
+  }
+  bool drive() override { return entry_->tryDrive(); }
   void setEntry(net::ProxyEntry* e) { entry_ = e; }
   ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
   char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
@@ -42,6 +49,7 @@ class NetRing : public ConnMemory {
  private:
   void* base_;
   size_t bytes_;
+  Proxy* proxy_;  // this process's (Proxy::instance() takes a lock: not on the hot path)
   net::ProxyEntry* entry_ = nullptr;
   net::FailureNote note_;  // written by the entry, which release() detaches before it goes
 };

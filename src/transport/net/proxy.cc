@@ -86,6 +86,7 @@ bool Proxy::takeRequests(std::vector<Live>* live) {
     auto it = std::find_if(live->begin(), live->end(), [&](const Live& l) { return l.entry.get() == c.entry; });
     if (it != live->end()) {
       it->detached = c.detached;
+      it->entry->unclaim();
     } else {
       *c.detached = true;  // not ours (cannot happen): never leave the releaser waiting
       anyDetached = true;
@@ -107,11 +108,18 @@ void watch(const std::vector<Proxy::Live>& live, Doorbell& bell) {
 bool Proxy::detachReleased(std::vector<Live>* live, Doorbell& bell) {
   std::vector<std::unique_ptr<ProxyEntry>> gone;
   std::vector<bool*> flags;
-  for (Live& l : *live)
-    if (l.detached != nullptr && l.entry->detachReady()) {
+  for (Live& l : *live) {
+    if (l.detached == nullptr) continue;
+    bool ready = false;
+    {
+      std::lock_guard<std::mutex> lock(l.entry->driveMutex());
+      ready = l.entry->detachReady();
+    }
+    if (ready) {
       gone.push_back(std::move(l.entry));
       flags.push_back(l.detached);
     }
+  }
   if (gone.empty()) return false;
   live->erase(std::remove_if(live->begin(), live->end(), [](const Live& l) { return l.entry == nullptr; }),
               live->end());
@@ -130,17 +138,43 @@ bool Proxy::detachReleased(std::vector<Live>* live, Doorbell& bell) {
 void Proxy::sleepIdle(std::vector<Live>* live, const Doorbell& bell, std::vector<pollfd>* fds) {
   // Arm every ring, then re-check: work that arrived in between means no sleep. Asleep,
   // any socket, the doorbell, add/release, or (for entries that need it) the tick wakes us.
+  // Entries an executor claims are left out (it drives them); a claim given up after
+  // sleeping_ is set rings the eventfd, one given up before is seen by the re-check.
+  std::vector<bool>& skipped = skipped_;
+  skipped.assign(live->size(), false);
   bool canSleep = true;
-  for (Live& l : *live) canSleep = l.entry->arm() && canSleep;
+  // arm(), pollFds() and disarm() read what progress() writes: under the entry's lock,
+  // since a claimant may start driving any entry at any moment.
+  for (size_t i = 0; i < live->size(); ++i) {
+    Live& l = (*live)[i];
+    skipped[i] = l.detached == nullptr && l.entry->claimed();
+    if (skipped[i]) continue;
+    std::lock_guard<std::mutex> lock(l.entry->driveMutex());
+    canSleep = l.entry->arm() && canSleep;
+  }
+  if (canSleep) {
+    sleeping_.store(true, std::memory_order_seq_cst);
+    for (size_t i = 0; i < live->size(); ++i)
+      if (skipped[i] && !(*live)[i].entry->claimed()) canSleep = false;
+  }
   if (canSleep) {
     fds->clear();
     fds->push_back(pollfd{eventFd_, POLLIN, 0});
     bool tick = !bell.available() || live->size() > Doorbell::kMaxWords;
-    for (Live& l : *live) tick = !l.entry->pollFds(fds) || tick;
+    for (size_t i = 0; i < live->size(); ++i) {
+      if (skipped[i]) continue;
+      std::lock_guard<std::mutex> lock((*live)[i].entry->driveMutex());
+      tick = !(*live)[i].entry->pollFds(fds) || tick;
+    }
     if (poll(fds->data(), fds->size(), tick ? kTickMs : -1) < 0 && errno != EINTR)
       SN_WARN("NET : proxy poll failed: %s", strerror(errno));
   }
-  for (Live& l : *live) l.entry->disarm();
+  sleeping_.store(false, std::memory_order_relaxed);
+  for (size_t i = 0; i < live->size(); ++i) {
+    if (skipped[i]) continue;
+    std::lock_guard<std::mutex> lock((*live)[i].entry->driveMutex());
+    (*live)[i].entry->disarm();
+  }
   uint64_t drained = 0;
   ssize_t k = read(eventFd_, &drained, sizeof drained);
   (void)k;
@@ -153,7 +187,11 @@ void Proxy::run() {
   for (;;) {
     if (takeRequests(&live)) watch(live, bell);
     bool moved = false;
-    for (Live& l : live) moved |= l.entry->progress();
+    for (Live& l : live) {
+      if (l.detached == nullptr && l.entry->claimed()) continue;  // its executor drives it
+      std::lock_guard<std::mutex> lock(l.entry->driveMutex());
+      moved |= l.entry->progress();
+    }
     moved |= detachReleased(&live, bell);
     if (live.empty()) {
       std::lock_guard<std::mutex> lock(mu_);

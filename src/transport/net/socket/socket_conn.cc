@@ -18,7 +18,8 @@ namespace {
 
 using sockwire::Frame;
 
-constexpr size_t kReadChunk = 4096;
+constexpr size_t kReadChunk = 16384;  // > a frame with the largest inline payload
+static_assert(kReadChunk > sizeof(sockwire::Frame) + sockwire::kInlineMax, "an incomplete frame plus a chunk must fit");
 
 // What a socket errno means on the network, for the messages survivors see (when this
 // node's own link looked fine).
@@ -89,7 +90,7 @@ Conn::Conn(bool sender, std::vector<sock::Socket> socks, std::string what)
   for (size_t i = 1; i < socks.size(); ++i) streams_.push_back(Stream{std::move(socks[i]), {}});
   for (SockRequest& r : pool_) r.conn = this;
   out_.reserve(kMaxRequests * (sizeof(Frame) + sockwire::kInlineMax) + 4 * sizeof(Frame));
-  in_.reserve(2 * kReadChunk);
+  in_.resize(2 * kReadChunk);
 }
 
 SockRequest* Conn::allocRequest() {
@@ -149,7 +150,9 @@ void Conn::addParts(SockRequest* r, size_t size) {
 }
 
 Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm) {
-  SNCCL_TRY(progress());
+  // Read the control socket (for credits) only when none is known: each read is a system
+  // call (~1 us here) on a small message's critical path.
+  SNCCL_TRY(credits_.empty() ? progress() : (error_.ok() ? OkStatus() : error_));
   if (peerBye_ || ctrlEof_)
     return fail(RemoteError("the receiver closed the connection; cannot send a %zu-byte message", size));
   wantCredit_ = credits_.empty();
@@ -172,12 +175,12 @@ Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm)
   queueFrame(f, data, size <= sockwire::kInlineMax ? size : 0);
   r->frameEnd = queued_;
   addParts(r, size);
-  SNCCL_TRY(progress());
+  SNCCL_TRY(push());
   return r;
 }
 
 Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
-  SNCCL_TRY(progress());
+  if (!error_.ok()) return error_;
   SockRequest* r = allocRequest();
   if (r == nullptr) return r;
   r->data = static_cast<char*>(data);
@@ -188,7 +191,7 @@ Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
   // before the goodbye may still be arriving on the streams for earlier receives, and this
   // one fails in test() only when it is next in line, so nothing delivered is lost.
   if (!peerBye_ && !ctrlEof_ && !byeSent_) queueFrame(Frame{sockwire::kCts, tag, size, 0}, nullptr, 0);
-  SNCCL_TRY(progress());
+  SNCCL_TRY(push());
   return r;
 }
 
@@ -223,6 +226,14 @@ Status Conn::progress() {
   return OkStatus();
 }
 
+Status Conn::push() {
+  if (!error_.ok()) return error_;
+  SNCCL_TRY(flushCtrl());
+  if (sender_)
+    for (int i = 0; i < nstreams(); ++i) SNCCL_TRY(pumpStream(i));
+  return OkStatus();
+}
+
 Status Conn::flushCtrl() {
   while (outOff_ < out_.size()) {
     Result<size_t> k = sendSome(ctrl_, out_.data() + outOff_, out_.size() - outOff_);
@@ -247,27 +258,31 @@ Status Conn::flushCtrl() {
 }
 
 Status Conn::readCtrl() {
+  // in_ holds inLen_ bytes: at most one incomplete frame (< kReadChunk) between calls,
+  // so a chunk always fits behind it. No resizing here: growing a vector zero-fills, and
+  // this runs on every poll of the connection.
   for (;;) {
-    size_t old = in_.size();
-    in_.resize(old + kReadChunk);
     bool eof = false;
-    Result<size_t> k = recvSome(ctrl_, in_.data() + old, kReadChunk, &eof);
-    in_.resize(old + (k.ok() ? k.value() : 0));
+    Result<size_t> k = recvSome(ctrl_, in_.data() + inLen_, kReadChunk, &eof);
     if (!k.ok()) {
       ctrlEof_ = true;
       if (peerBye_) return OkStatus();
       return fail(k.status());
     }
+    inLen_ += k.value();
     size_t off = 0;
-    while (in_.size() - off >= sizeof(Frame)) {
+    while (inLen_ - off >= sizeof(Frame)) {
       Frame f;
       std::memcpy(&f, in_.data() + off, sizeof f);
       size_t need = frameBytes(f);
-      if (in_.size() - off < need) break;
+      if (inLen_ - off < need) break;
       SNCCL_TRY(handleFrame(f, in_.data() + off + sizeof f));
       off += need;
     }
-    in_.erase(in_.begin(), in_.begin() + long(off));
+    if (off > 0) {
+      std::memmove(in_.data(), in_.data() + off, inLen_ - off);
+      inLen_ -= off;
+    }
     if (eof) {
       ctrlEof_ = true;
       if (!peerBye_)
@@ -276,7 +291,9 @@ Status Conn::readCtrl() {
                                 ctrl_.peer().toString().c_str()));
       return OkStatus();
     }
-    if (k.value() == 0) return OkStatus();
+    // A short read drained the socket: the next read would only say EAGAIN (a system
+    // call). What arrives meanwhile is read on the next pass.
+    if (k.value() < kReadChunk) return OkStatus();
   }
 }
 

@@ -58,6 +58,13 @@ class Conn {
   // requests after a wake-up, and that is what consumes the readiness. An idle connection
   // registers nothing, so unread credits cannot keep poll() returning.
   void pollFds(std::vector<pollfd>* fds) const;
+  // Nothing to write and no message part in flight on any stream (Net::quiescent).
+  bool quiescent() const {
+    if (!error_.ok() || outOff_ < out_.size()) return false;
+    for (const Stream& st : streams_)
+      if (!st.tasks.empty()) return false;
+    return true;
+  }
 
   // Clean close: BYE, then (sender) wait up to lingerMs for the peer's BYE or EOF so that
   // unread credits cannot turn the close into a reset that destroys queued frames.
@@ -82,6 +89,9 @@ class Conn {
   };
 
   Status progress();
+  // After queueing: writes what was queued (control frames; a sender's stream parts)
+  // without reading anything.
+  Status push();
   Status flushCtrl();
   Status readCtrl();
   Status handleFrame(const sockwire::Frame& f, const char* payload);
@@ -103,7 +113,8 @@ class Conn {
   std::deque<Credit> credits_;         // sender: posted receives of the peer, in order
   std::vector<char> out_;              // control frames not yet written
   size_t outOff_ = 0;
-  std::vector<char> in_;               // control bytes read but not yet parsed
+  std::vector<char> in_;               // control bytes read but not yet parsed: the first inLen_
+  size_t inLen_ = 0;
   uint64_t seq_ = 0;                   // messages started (both ends count the same)
   uint64_t queued_ = 0;                // control bytes ever queued
   uint64_t flushed_ = 0;               // control bytes ever written

@@ -177,6 +177,12 @@ class SocketNet : public Net {
     return true;
   }
 
+  bool quiescent(const Comm* comm) const override {
+    if (auto* s = dynamic_cast<const SocketSend*>(comm)) return s->conn.quiescent();
+    if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.quiescent();
+    return false;
+  }
+
   Status closeSend(SendComm* comm, uint32_t abortCode) override {
     auto* s = static_cast<SocketSend*>(comm);
     s->conn.close(abortCode, kLingerMs);
