@@ -28,10 +28,12 @@ const char* linkClassName(LinkClass c) {
 //    GB/s bus bandwidth (in cache), 7 GB/s from 16 MiB on: 10 GB/s per step.
 //  * local (threads of one process): the same copies without the shared segment's
 //    second copy for large buffers and with cheaper wake-ups: 1 us, 12 GB/s.
-//  * net (TCP sockets over loopback / veth between network namespaces): a small-message
-//    round trip costs tens of us on these VMs (a futex wake-up alone ~10 us, the
-//    proxy thread and two syscalls per message) and one connection moves about 1 GB/s:
-//    30 us, 1.2 GB/s. perf/calibrate compares these with measurements (docs/algorithms.md).
+//  * net (TCP sockets over loopback / veth between network namespaces): the waiting rank
+//    drives its sockets itself, so a small message costs a write and a read on each side
+//    plus the kernel's TCP path: 8 B AllReduce over veth 18-26 us, one hop over loopback
+//    ~20 us (perf/calibrate, 2026-11-30 14:49, `direct` at 2 ranks on 2 nodes); one
+//    connection moves 1.5-2 GB/s each way while the other way is busy too: 20 us, 1.8 GB/s.
+//    perf/calibrate compares these with measurements (docs/algorithms.md).
 //  * switchUs: 4 and 8 processes on 2 CPUs (docs/performance.md, 2026-11-30): a small
 //    AllReduce by recursive doubling takes ~10 us per round at 2 ranks per CPU and ~25 us
 //    at 4: about 5 us per rank per CPU and hop.
@@ -40,7 +42,7 @@ ModelParams hostDefaults() {
   p.switchUs = 5.0;
   p.of(LinkClass::kLocal) = {1.0, 12.0};
   p.of(LinkClass::kShm) = {2.0, 10.0};
-  p.of(LinkClass::kNet) = {30.0, 1.2};
+  p.of(LinkClass::kNet) = {20.0, 1.8};
   p.name = "host";
   return p;
 }
