@@ -45,6 +45,19 @@ bool NetEntry::handleLocalPoison() {
   return true;
 }
 
+NetEntry::Oldest NetEntry::testOldest(size_t* size, uint64_t* imm) {
+  bool done = false;
+  Status s = net_->test(inflight_.front(), &done, size, imm);
+  if (!s.ok()) {
+    inflight_.pop_front();  // a failed request is gone (Net::test)
+    fail(s);
+    return Oldest::kFailed;
+  }
+  if (!done) return Oldest::kPending;
+  inflight_.pop_front();
+  return Oldest::kDone;
+}
+
 void NetEntry::fail(const Status& s) {
   // A peer that aborted sent its poison word (naming where the failure started); a lost
   // peer is itself the origin.
@@ -136,16 +149,10 @@ bool SendEntry::progress() {
     moved = true;
   }
   while (!inflight_.empty()) {
-    bool done = false;
     size_t size = 0;
-    Status s = net_->test(inflight_.front(), &done, &size, nullptr);
-    if (!s.ok()) {
-      inflight_.pop_front();
-      fail(s);
-      return true;
-    }
-    if (!done) break;
-    inflight_.pop_front();
+    Oldest t = testOldest(&size, nullptr);
+    if (t == Oldest::kFailed) return true;
+    if (t == Oldest::kPending) break;
     publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
     moved = true;
   }
@@ -213,17 +220,11 @@ bool RecvEntry::progress() {
   }
   bool moved = false;
   while (!inflight_.empty()) {
-    bool done = false;
     size_t size = 0;
     uint64_t imm = 0;
-    Status s = net_->test(inflight_.front(), &done, &size, &imm);
-    if (!s.ok()) {
-      inflight_.pop_front();
-      fail(s);
-      return true;
-    }
-    if (!done) break;
-    inflight_.pop_front();
+    Oldest t = testOldest(&size, &imm);
+    if (t == Oldest::kFailed) return true;
+    if (t == Oldest::kPending) break;
     ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
     e.bytes = uint32_t(size);
     e.sig = imm;

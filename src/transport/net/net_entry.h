@@ -87,6 +87,11 @@ class NetEntry : public ProxyEntry {
   // so an early poison would hide the last messages of a peer that closed right after.
   void fail(const Status& s);
   void poisonRing(uint32_t code);
+  // Tests the oldest in-flight request (requests complete in posting order). kDone: it
+  // completed and left inflight_ (*size, *imm: what it moved); kFailed: it failed, left
+  // inflight_ and the entry failed (fail()); kPending: neither.
+  enum class Oldest { kPending, kDone, kFailed };
+  Oldest testOldest(size_t* size, uint64_t* imm);
   // True when no delivered message waits for the executor (always, on the send side).
   virtual bool ringDrained() const { return true; }
   // Applies a deferred poison once the ring drained; true when it did.

@@ -86,7 +86,7 @@ bool Proxy::takeRequests(std::vector<Live>* live) {
     auto it = std::find_if(live->begin(), live->end(), [&](const Live& l) { return l.entry.get() == c.entry; });
     if (it != live->end()) {
       it->detached = c.detached;
-      it->entry->unclaim();
+      it->entry->unclaim();  // its ring is going: nobody claims it again
     } else {
       *c.detached = true;  // not ours (cannot happen): never leave the releaser waiting
       anyDetached = true;
@@ -147,7 +147,7 @@ void Proxy::sleepIdle(std::vector<Live>* live, const Doorbell& bell, std::vector
   // since a claimant may start driving any entry at any moment.
   for (size_t i = 0; i < live->size(); ++i) {
     Live& l = (*live)[i];
-    skipped[i] = l.detached == nullptr && l.entry->claimed();
+    skipped[i] = l.entry->claimed();
     if (skipped[i]) continue;
     std::lock_guard<std::mutex> lock(l.entry->driveMutex());
     canSleep = l.entry->arm() && canSleep;
@@ -188,7 +188,7 @@ void Proxy::run() {
     if (takeRequests(&live)) watch(live, bell);
     bool moved = false;
     for (Live& l : live) {
-      if (l.detached == nullptr && l.entry->claimed()) continue;  // its executor drives it
+      if (l.entry->claimed()) continue;  // its executor drives it
       std::lock_guard<std::mutex> lock(l.entry->driveMutex());
       moved |= l.entry->progress();
     }
