@@ -410,10 +410,13 @@ Status runRunners(std::span<CommRunner*> runners) {
   }
   if (st.ok()) st = connectAll(runners);
   if (st.ok()) st = runLoop(runners);
-  for (CommRunner* r : runners) r->releaseDriven(false);
   // A failure in a group is fatal to every communicator of the group (NCCL semantics).
   if (!st.ok())
     for (CommRunner* r : runners) commSetError(r->comm(), st);
+  // After the poison: the last passes over the net rings then send the ABORT frames (with
+  // the failure's origin) from this thread, before the caller can report or abort
+  // anything else, instead of waiting for the proxy to notice the poison.
+  for (CommRunner* r : runners) r->releaseDriven(false);
   finishTickets(runners);
   return st;
 }
