@@ -1,6 +1,7 @@
 """Starts N ranks of a worker script as separate processes with a hard deadline: a hang
 becomes a test failure (every process is killed), never a stuck test run."""
 import json
+import random
 import os
 import signal
 import socket
@@ -14,9 +15,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below Linux's ephemeral range (32768-60999): a port the kernel handed
+    out for bind(0) could be handed to another test's socket before rank 0's TCPStore
+    binds it (seen in CI: 'Address already in use' under ctest -j2)."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def run_ranks(script, world, timeout, args=(), env=None):
