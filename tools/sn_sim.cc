@@ -30,22 +30,30 @@ struct Preset {
   int nranks, perNode;
   double intraLat, intraBw, netLat, netBw;
   const char* about;
+  // What one channel moves (GB/s) over the scale-up fabric and over the network; 0 for
+  // this host, whose channels share the rank's one thread (tuning::ModelParams).
+  double intraChanBw = 0, netChanBw = 0;
 };
 
 // From ../shared/reference/topology-formats.md §6 and nccl-compat.md §11. Bandwidths are
 // per rank and direction (NCCL's figures, ~80% of raw); latencies are NCCL's Simple
 // per-hop latencies (NVLink ring 3.4 us, NET 14 us) where the reference gives none.
+// Per-channel rates are our assumption, not a reference figure: one thread block moves
+// ~24 GB/s over the scale-up fabric (so NVLink-class links need 16 channels, as NCCL
+// runs 16-32 on them), and a NIC takes two channels (NCCL's default channels per net
+// peer is 2).
 constexpr Preset kPresets[] = {
     {"dgx-h100-128", 1024, 8, 3.4, 370.8, 14.0, 48.0,
      "128 DGX H100 nodes x 8 GPUs: NVLink4 via NVSwitch (NCCL 370.8 GB/s), 8 x 400G ConnectX-7 per node (46-48 GB/s "
-     "each)"},
+     "each)", 24.0, 24.0},
     {"gb200-nvl72", 288, 72, 3.4, 721.8, 14.0, 48.0,
-     "4 GB200 NVL72 racks: 72 GPUs per NVLink5 domain (NCCL 721.8 GB/s), 1 x 400G NIC per GPU between racks"},
+     "4 GB200 NVL72 racks: 72 GPUs per NVLink5 domain (NCCL 721.8 GB/s), 1 x 400G NIC per GPU between racks", 24.0,
+     24.0},
     {"cloudmatrix384", 384, 8, 1.0, 392.0, 2.0, 392.0,
      "CloudMatrix384: 48 nodes x 8 NPUs in one Unified Bus domain, 392 GB/s per NPU, <1 us across nodes (nearly "
-     "uniform; 'net' here is the UB L2 tier)"},
+     "uniform; 'net' here is the UB L2 tier)", 24.0, 24.0},
     {"fabric-8192", 8192, 8, 3.4, 370.8, 14.0, 48.0,
-     "8192 ranks: 1024 nodes x 8, NVLink-class scale-up (370.8 GB/s), 400G per rank scale-out"},
+     "8192 ranks: 1024 nodes x 8, NVLink-class scale-up (370.8 GB/s), 400G per rank scale-out", 24.0, 24.0},
     {"this-host", 8, 8, 0, 0, 0, 0, "this host kind: the calibrated host constants (tuning::hostDefaults)"},
 };
 
@@ -157,8 +165,11 @@ bool makeRun(const Options& o, Run* r) {
   cl.intra = o.threads ? LinkClass::kLocal : LinkClass::kShm;
   cl.params = tuning::hostDefaults();
   if (std::strcmp(p.name, "this-host") != 0) {
-    cl.params.of(LinkClass::kShm) = cl.params.of(LinkClass::kLocal) = {p.intraLat, p.intraBw};
-    cl.params.of(LinkClass::kNet) = {p.netLat, p.netBw};
+    // A GPU's channels are thread blocks running side by side.
+    cl.params.of(LinkClass::kShm) = cl.params.of(LinkClass::kLocal) = {p.intraLat, p.intraBw, p.intraChanBw,
+                                                                       kMaxChannels};
+    cl.params.of(LinkClass::kNet) = {p.netLat, p.netBw, p.netChanBw, kMaxChannels};
+    cl.params.channelUs = 0.1;
     cl.params.name = p.name;
   }
   r->shape = tuning::evenShape(cl.nranks, cl.nnodes(), cl.intra);
@@ -197,6 +208,7 @@ int runChecks(const Run& r) {
 
 struct Point {
   size_t chunk = 0;
+  int channels = 1;  // the model's best channel count (the simulation runs one: docs/algorithms.md §6)
   double modelUs = -1, simUs = -1;
   bool failed = false;
 };
@@ -208,9 +220,14 @@ Point measure(const Run& r, const AlgorithmDef& a, size_t bytes) {
   const size_t count = countOf(r.o.coll, bytes, r.cl.nranks);
   size_t chunks[4];
   pt.chunk = r.tuner.slotBytes;  // the slot when the model has no formula here
+  int channels[6];
+  const int nch = tuning::channelCandidates(r.tuner.over, r.o.coll, channels);
   for (int k = 0, nk = tuning::chunkCandidates(r.tuner.slotBytes, chunks); k < nk; ++k) {
-    const double us = tuning::predictUs(a.name, r.o.coll, r.shape, count * 4, chunks[k], r.cl.params);
-    if (us >= 0 && (pt.modelUs < 0 || us < pt.modelUs)) pt.modelUs = us, pt.chunk = chunks[k];
+    for (int j = 0; j < nch; ++j) {
+      const double us = tuning::predictUs(a.name, r.o.coll, r.shape, count * 4, chunks[k], r.tuner.params, channels[j]);
+      if (us >= 0 && (pt.modelUs < 0 || us < pt.modelUs))
+        pt.modelUs = us, pt.chunk = chunks[k], pt.channels = channels[j];
+    }
   }
   CollArgs args;
   args.coll = r.o.coll;
@@ -252,8 +269,8 @@ int sweep(const Run& r, std::vector<sim::Series>* series) {
       if (pt.simUs > 0) (*series)[i].sim.push_back({double(bytes), bus});
       if (pt.modelUs > 0) (*series)[i].model.push_back({double(bytes), double(bytes) / pt.modelUs / 1e3 * factor});
       if (r.o.csv) {
-        std::printf("%s,%d,%d,%zu,%s,%zu,%.3f,%.3f,%.4f,%d\n", collName(r.o.coll), r.cl.nranks, r.cl.nnodes(), bytes,
-                    a.name, pt.chunk, pt.modelUs, pt.simUs, bus, pick.algo == &a ? 1 : 0);
+        std::printf("%s,%d,%d,%zu,%s,%zu,%.3f,%.3f,%.4f,%d,%d\n", collName(r.o.coll), r.cl.nranks, r.cl.nnodes(),
+                    bytes, a.name, pt.chunk, pt.modelUs, pt.simUs, bus, pick.algo == &a ? 1 : 0, pt.channels);
       } else {
         char cell[64];
         if (t < 0) std::snprintf(cell, sizeof cell, "-");
@@ -261,7 +278,9 @@ int sweep(const Run& r, std::vector<sim::Series>* series) {
         std::printf(" %22s", cell);
       }
     }
-    if (!r.o.csv) std::printf("  %s\n", pick.algo ? pick.algo->name : "-");
+    if (!r.o.csv)
+      std::printf("  %s%s\n", pick.algo ? pick.algo->name : "-",
+                  pick.channels > 1 ? (" x" + std::to_string(pick.channels) + " channels").c_str() : "");
   }
   return rc;
 }
@@ -288,12 +307,13 @@ int main(int argc, char** argv) {
   Run r;
   if (!parseArgs(argc, argv, &o) || !makeRun(o, &r)) return usage(2);
   std::printf("# sn_sim %s: %s\n# %s; %s float32, sizes as nccl-tests; sim = discrete-event run of every rank's "
-              "generated schedule, * = over --max-steps %llu, model only\n",
+              "generated schedule on one channel at the links' full rate (the pick column shows the model's channel "
+              "count), * = over --max-steps %llu, model only\n",
               r.p->name, r.p->about, tuning::describeTuner(r.tuner).c_str(), collName(o.coll),
               (unsigned long long)o.maxSteps);
   int rc = o.check ? runChecks(r) : 0;
   if (o.csv) {
-    std::printf("coll,nranks,nodes,size,algo,chunk,model_us,sim_us,busbw_GBps,pick\n");
+    std::printf("coll,nranks,nodes,size,algo,chunk,model_us,sim_us,busbw_GBps,pick,channels\n");
   } else {
     std::printf("# %10s", "size");
     for (const AlgorithmDef* a : r.algos) std::printf(" %22s", (std::string(a->name) + " us / busbw").c_str());

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "collectives/channels.h"
 #include "collectives/checker_sim.h"
 
 namespace snccl {
@@ -217,7 +218,7 @@ Status checkAlgorithm(const AlgorithmDef& algo, const CollArgs& args, const Chan
       [&](int r, Schedule* out) {
         CollArgs a = args;
         a.rank = r;
-        return algo.generate(a, plan, out);
+        return generateSchedule(algo, a, plan, out);
       },
       opts);
   if (!st.ok()) st.addContext(format("algorithm %s", algo.name));

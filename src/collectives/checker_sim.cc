@@ -52,6 +52,7 @@ std::string stepText(const Step& st) {
   std::string t = format("%s of %zu", primName(st.prim), st.count);
   if (sched::primReceives(st.prim)) t += format(" from rank %d", st.recvPeer);
   if (sched::primSends(st.prim)) t += format(" to rank %d", st.sendPeer);
+  if (st.channel != 0) t += format(" on channel %u", unsigned(st.channel));
   return st.final ? t + " (final)" : t;
 }
 
@@ -151,10 +152,11 @@ Status Sim::checkRef(int r, const Schedule& s, const Step& st, const BufRef& ref
   return OkStatus();
 }
 
-uint32_t Sim::fifoFor(int from, int to) {
-  const uint64_t key = static_cast<uint64_t>(from) * static_cast<uint64_t>(n_) + static_cast<uint64_t>(to);
+uint32_t Sim::fifoFor(int from, int to, int channel) {
+  const uint64_t key = static_cast<uint64_t>(from) * static_cast<uint64_t>(n_) + static_cast<uint64_t>(to) +
+                       static_cast<uint64_t>(channel) * static_cast<uint64_t>(n_) * static_cast<uint64_t>(n_);
   uint32_t* slot = nullptr;
-  if (!dense_.empty()) {
+  if (channel == 0 && !dense_.empty()) {
     slot = &dense_[key];
   } else {
     slot = &fifoIndex_.try_emplace(key, kNoFifo).first->second;
@@ -192,11 +194,17 @@ Status Sim::addStep(int r, uint32_t laneId, const Schedule& s, size_t lane, size
       bad = InternalError("%s peer %d is not another rank of %d", send ? "send" : "receive", peer, n_);
       break;
     }
-    const uint32_t f = send ? fifoFor(r, peer) : fifoFor(peer, r);
+    if (st.channel >= kMaxChannels) {
+      bad = InternalError("channel %u is not below %d", unsigned(st.channel), kMaxChannels);
+      break;
+    }
+    const uint32_t f = send ? fifoFor(r, peer, st.channel) : fifoFor(peer, r, st.channel);
     int32_t& owner = send ? fifos_[f].sendLane : fifos_[f].recvLane;
     if (owner >= 0 && owner != static_cast<int32_t>(laneId)) {
-      bad = InternalError("lanes %u and %zu both %s rank %d (one connection per peer and direction per lane)",
-                          lanes_[static_cast<size_t>(owner)].lane, lane, send ? "send to" : "receive from", peer);
+      bad = InternalError(
+          "lanes %u and %zu both %s rank %d on channel %u (one connection per peer, channel and direction per lane)",
+          lanes_[static_cast<size_t>(owner)].lane, lane, send ? "send to" : "receive from", peer,
+          unsigned(st.channel));
       break;
     }
     owner = static_cast<int32_t>(laneId);

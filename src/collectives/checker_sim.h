@@ -90,7 +90,7 @@ class Sim {
   Status layout(int r, const Schedule& s, const Alias& alias);
   Status addStep(int r, uint32_t laneId, const Schedule& s, size_t lane, size_t idx);
   Status checkRef(int r, const Schedule& s, const Step& st, const BufRef& ref, bool isDst, uint32_t* pos) const;
-  uint32_t fifoFor(int from, int to);
+  uint32_t fifoFor(int from, int to, int channel);
   Status advance(uint32_t laneId);
   Status execute(uint32_t laneId, const CStep& s);
   Status popMessage(uint32_t laneId, const CStep& s);
@@ -112,8 +112,8 @@ class Sim {
   std::vector<RankMem> ranks_;
   std::vector<LaneRun> lanes_;
   std::vector<Fifo> fifos_;
-  std::vector<uint32_t> dense_;  // fifo of (from, to) at from*n+to, for up to 2048 ranks
-  std::unordered_map<uint64_t, uint32_t> fifoIndex_;  // beyond that
+  std::vector<uint32_t> dense_;  // channel 0's fifo of (from, to) at from*n+to, for up to 2048 ranks
+  std::unordered_map<uint64_t, uint32_t> fifoIndex_;  // beyond that, and other channels
   std::deque<uint32_t> ready_;
   std::vector<Sym> tmp_;  // values of the step being executed
   size_t finished_ = 0;

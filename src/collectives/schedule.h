@@ -8,10 +8,11 @@
 // can run the schedules of thousands of ranks without moving data.
 //
 // Cross-rank invariants every generator must keep (the checker enforces them):
-//  * Between two ranks, messages travel over one FIFO connection per direction. The k-th
-//    send step from a to b (over all of a's lanes, in the order the executor could issue
-//    them) is matched by the k-th receiving step of b from a, with the same count. Lanes
-//    of one rank must therefore not share a (peer, direction) connection.
+//  * Between two ranks, messages travel over one FIFO connection per direction and
+//    channel. The k-th send step from a to b on channel c (over all of a's lanes, in the
+//    order the executor could issue them) is matched by the k-th receiving step of b from
+//    a on channel c, with the same count. Lanes of one rank must therefore not share a
+//    (peer, channel, direction) connection.
 //  * A message carries at most CollArgs::chunkElems elements (one connection slot).
 //  * In a reduction, every input element of every rank enters the result exactly once,
 //    and exactly one step per output element is marked `final` on the rank that completes
@@ -71,6 +72,9 @@ struct Step {
   BufRef src;  // used by kSend, kCopy and the reducing prims
   BufRef dst;  // used by prims that store locally
   size_t count = 0;  // elements; 0 < count <= chunkElems for prims that touch a connection
+  // The channel whose connections the step uses: a (peer, channel, direction) is one FIFO
+  // connection. Generators emit channel 0; generateSchedule() (channels.h) numbers parts.
+  uint8_t channel = 0;
 };
 
 struct Lane {
@@ -110,7 +114,12 @@ struct CollArgs {
   int root = 0;            // Broadcast, Reduce, Gather, Scatter
   size_t chunkElems = 0;   // max elements per message (slot bytes / element size), > 0
   bool inPlace = false;    // input and output alias as NCCL defines in-place
+  // Channels the data is split across (channels.h); generators themselves see 1.
+  int channels = 1;
 };
+
+// The most channels one call uses (connections per peer and direction).
+inline constexpr int kMaxChannels = 16;
 
 // One grouped point-to-point operation of this rank (ncclSend / ncclRecv).
 struct P2POp {

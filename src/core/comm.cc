@@ -55,8 +55,8 @@ Status finishInit(ncclComm* comm) {
   // Each rank's node, for the hierarchical algorithms (same on every rank: from the table).
   comm->plan.hosts.clear();
   for (const PeerInfo& p : comm->peers) comm->plan.hosts.push_back(p.hostHash);
-  comm->sendConn.resize(comm->nranks);
-  comm->recvConn.resize(comm->nranks);
+  comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
+  comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
   int64_t steps = params::getInt(params::Id::Steps);
   if (steps < 2 || steps > int64_t(kMaxSteps))
     return InvalidArgument("SNCCL_STEPS=%lld is out of range [2, %u]", (long long)steps, kMaxSteps);
@@ -73,7 +73,8 @@ Status finishInit(ncclComm* comm) {
     procs.push_back(p.processToken);
     cpus.push_back(p.cpus);
   }
-  comm->tuner = tuning::commTuner(comm->nranks, comm->plan.hosts, procs, cpus, comm->slotBytes, comm->rank == 0);
+  comm->tuner = tuning::commTuner(comm->nranks, comm->plan.hosts, procs, cpus, comm->slotBytes, comm->rank == 0,
+                                  comm->config.minChannels, comm->config.maxChannels);
   comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
   // Threads that must run on this host while a rank waits: the ranks, plus, when peers sit
   // on other nodes, the proxy and doorbell threads that move their bytes. A waiter that
@@ -205,6 +206,8 @@ Status parseConfig(const ncclConfig_t* user, CommConfig* out) {
         return InvalidArgument("Invalid config minCTAs %d > maxCTAs %d", cfg.minCTAs, cfg.maxCTAs);
       if (cfg.cgaClusterSize != NCCL_CONFIG_UNDEF_INT && (cfg.cgaClusterSize < 0 || cfg.cgaClusterSize > 8))
         return InvalidArgument("Invalid config cgaClusterSize attribute value %d", cfg.cgaClusterSize);
+      if (cfg.minCTAs != NCCL_CONFIG_UNDEF_INT) out->minChannels = cfg.minCTAs;
+      if (cfg.maxCTAs != NCCL_CONFIG_UNDEF_INT) out->maxChannels = cfg.maxCTAs;
     }
     if (cfg.splitShare != NCCL_CONFIG_UNDEF_INT && cfg.splitShare != 0 && cfg.splitShare != 1)
       return InvalidArgument("Invalid config splitShare attribute value %d", cfg.splitShare);
@@ -357,32 +360,38 @@ void commSetError(ncclComm* comm, const Status& status) {
     if (c) c->poison(word);
 }
 
-Status commConnect(ncclComm* comm, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
+Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std::vector<ConnKey>& recvs) {
   const PeerInfo& self = comm->peers[comm->rank];
-  auto request = [&](int peer) {
-    return ConnRequest{comm->commHash, comm->rank, peer, comm->nsteps, comm->slotBytes, &self, &comm->peers[peer]};
+  auto request = [&](ConnKey k) {
+    return ConnRequest{comm->commHash, comm->rank, k.peer, k.channel, comm->nsteps, comm->slotBytes, &self,
+                       &comm->peers[k.peer]};
   };
+  for (const std::vector<ConnKey>* keys : {&sends, &recvs})
+    for (ConnKey k : *keys)
+      if (k.peer == comm->rank || k.peer < 0 || k.peer >= comm->nranks || k.channel < 0 || k.channel >= kMaxChannels)
+        return InternalError("schedule connects to rank %d channel %d (this is rank %d of %d)", k.peer, k.channel,
+                             comm->rank, comm->nranks);
   // Receivers create and announce first (the sends are buffered), then senders attach:
   // no rank waits before it has announced everything its peers wait for.
-  for (int peer : recvPeers) {
-    if (comm->recvConn[peer]) continue;
-    if (peer == comm->rank) return InternalError("schedule receives from its own rank %d", peer);
-    SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[peer], self));
+  for (ConnKey k : recvs) {
+    std::unique_ptr<Connection>& conn = comm->recvConn[comm->connIndex(k.peer, k.channel)];
+    if (conn) continue;
+    SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[k.peer], self));
     ConnBlob blob{};
-    SNCCL_ASSIGN_OR_RETURN(comm->recvConn[peer], t->createRecv(request(peer), &blob));
-    SNCCL_TRY(comm->bootstrap->send(peer, kTagConnect, &blob, sizeof blob));
-    SN_INFO(log::kInit, "Channel 00 : %d[%d] -> %d[%d] via %s", peer, comm->peers[peer].cudaDev, comm->rank,
-            self.cudaDev, t->name);
+    SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
+    SNCCL_TRY(comm->bootstrap->send(k.peer, kTagConnect, &blob, sizeof blob));
+    SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers[k.peer].cudaDev,
+            comm->rank, self.cudaDev, t->name);
   }
-  for (int peer : sendPeers) {
-    if (comm->sendConn[peer]) continue;
-    if (peer == comm->rank) return InternalError("schedule sends to its own rank %d", peer);
+  for (ConnKey k : sends) {
+    std::unique_ptr<Connection>& conn = comm->sendConn[comm->connIndex(k.peer, k.channel)];
+    if (conn) continue;
     ConnBlob blob{};
-    SNCCL_TRY(comm->bootstrap->recv(peer, kTagConnect, &blob, sizeof blob));
+    SNCCL_TRY(comm->bootstrap->recv(k.peer, kTagConnect, &blob, sizeof blob));
     blob.transport[sizeof blob.transport - 1] = '\0';
     const TransportDef* t = findTransport(blob.transport);
-    if (t == nullptr) return InternalError("rank %d offered unknown transport '%s'", peer, blob.transport);
-    SNCCL_ASSIGN_OR_RETURN(comm->sendConn[peer], t->connectSend(request(peer), blob));
+    if (t == nullptr) return InternalError("rank %d offered unknown transport '%s'", k.peer, blob.transport);
+    SNCCL_ASSIGN_OR_RETURN(conn, t->connectSend(request(k), blob));
   }
   return OkStatus();
 }

@@ -32,6 +32,8 @@ struct CommConfig {
   bool blocking = true;
   std::string name;
   int cudaDev = -1;
+  int minChannels = 0;  // ncclConfig_t minCTAs / maxCTAs (0: not given); SNCCL_MIN/MAX_NCHANNELS win
+  int maxChannels = 0;
 };
 
 // Parses a user ncclConfig_t honouring its size and version (older callers keep working).
@@ -46,15 +48,22 @@ struct Registration {
   size_t size;
 };
 
-// A schedule plus what the executor derives from it once: the peers it sends to and
-// receives from, and whether this communicator's connections to them exist yet.
+// One connection of a rank in one direction: the peer and the channel (schedule.h).
+struct ConnKey {
+  int peer = 0;
+  int channel = 0;
+  auto operator<=>(const ConnKey&) const = default;  // by peer, then channel
+};
+
+// A schedule plus what the executor derives from it once: the connections it sends on
+// and receives from, and whether this communicator's connections exist yet.
 struct PreparedSchedule {
   Schedule sched;
-  std::vector<int> sendPeers;
-  std::vector<int> recvPeers;
+  std::vector<ConnKey> sends;
+  std::vector<ConnKey> recvs;
   mutable std::atomic<bool> connected{false};
 
-  void computePeers();  // fills sendPeers/recvPeers (sorted, unique) from sched
+  void computePeers();  // fills sends/recvs (sorted, unique) from sched
 };
 
 struct ScheduleCacheEntry {
@@ -95,10 +104,12 @@ struct ncclComm {
   snccl::tuning::Tuner tuner;
   snccl::tuning::DecisionLog tuneLog;
 
-  // Connections by peer rank, created lazily; touched only by the thread that currently
-  // executes this communicator's operations (see the ticket below).
+  // Connections by channel and peer (index channel * nranks + peer: connIndex), sized
+  // for kMaxChannels at init and created lazily; touched only by the thread that
+  // currently executes this communicator's operations (see the ticket below).
   std::vector<std::unique_ptr<snccl::Connection>> sendConn;
   std::vector<std::unique_ptr<snccl::Connection>> recvConn;
+  size_t connIndex(int peer, int channel) const { return size_t(channel) * size_t(nranks) + size_t(peer); }
   uint32_t nsteps = 8;
   uint32_t slotBytes = 0;
   int64_t timeoutNs = 0;  // 0: no limit
@@ -167,8 +178,9 @@ Status checkComm(ncclComm* comm, bool requireReady = true);
 // Records a fatal error on the communicator (first one wins) and poisons its connections.
 void commSetError(ncclComm* comm, const Status& status);
 
-// Ensures send connections to `sendPeers` and receive connections from `recvPeers` exist
-// (handshake over the bootstrap; both ends call it during the same operation).
-Status commConnect(ncclComm* comm, const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+// Ensures the send connections `sends` and the receive connections `recvs` exist
+// (handshake over the bootstrap; both ends call it during the same operation, each list
+// sorted so that the connections between two ranks are made in the same order at both).
+Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std::vector<ConnKey>& recvs);
 
 }  // namespace snccl

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "collectives/algorithm.h"
+#include "collectives/channels.h"
 #include "collectives/kernels/reduce.h"
 #include "common/log.h"
 #include "common/params.h"
@@ -118,13 +119,14 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
   if (alg == nullptr) return InternalError("no algorithm implements %s", collName(args.coll));
   CollArgs a = args;
   a.chunkElems = std::max<size_t>(1, std::min(args.chunkElems, pick.chunkBytes / elemSize));
+  a.channels = pick.channels;
   std::lock_guard<std::mutex> lock(comm->cacheMutex);
   for (const ScheduleCacheEntry& e : comm->scheduleCache)
     if (e.alg == alg && e.args.coll == a.coll && e.args.count == a.count && e.args.root == a.root &&
-        e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace)
+        e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace && e.args.channels == a.channels)
       return e.prep;
   auto prep = std::make_shared<PreparedSchedule>();
-  SNCCL_TRY(alg->generate(a, comm->plan, &prep->sched));
+  SNCCL_TRY(generateSchedule(*alg, a, comm->plan, &prep->sched));
   prep->computePeers();
   constexpr size_t kCacheSize = 16;
   ScheduleCacheEntry entry{a, alg, prep};

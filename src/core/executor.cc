@@ -38,14 +38,14 @@ CommRunner::CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket)
     : comm_(comm), ops_(std::move(ops)), nops_(ops_.size()), ticket_(ticket) {}
 
 void PreparedSchedule::computePeers() {
-  sendPeers.clear();
-  recvPeers.clear();
+  sends.clear();
+  recvs.clear();
   for (const Lane& lane : sched.lanes)
     for (const Step& st : lane.steps) {
-      if (primSends(st.prim)) sendPeers.push_back(st.sendPeer);
-      if (primReceives(st.prim)) recvPeers.push_back(st.recvPeer);
+      if (primSends(st.prim)) sends.push_back({st.sendPeer, st.channel});
+      if (primReceives(st.prim)) recvs.push_back({st.recvPeer, st.channel});
     }
-  for (auto* v : {&sendPeers, &recvPeers}) {
+  for (auto* v : {&sends, &recvs}) {
     std::sort(v->begin(), v->end());
     v->erase(std::unique(v->begin(), v->end()), v->end());
   }
@@ -71,7 +71,7 @@ Status CommRunner::connect() {
   for (size_t i = 0; i < nops_; ++i) {
     const PreparedSchedule& p = *ops_[i].prep;
     if (p.connected.load(std::memory_order_acquire)) continue;
-    SNCCL_TRY(commConnect(comm_, p.sendPeers, p.recvPeers));
+    SNCCL_TRY(commConnect(comm_, p.sends, p.recvs));
     p.connected.store(true, std::memory_order_release);
   }
   return OkStatus();
@@ -84,7 +84,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
   const char* in = nullptr;
   char* out = nullptr;
   if (primReceives(st.prim)) {
-    rc = comm_->recvConn[st.recvPeer].get();
+    rc = comm_->recvConn[comm_->connIndex(st.recvPeer, st.channel)].get();
     uint32_t got = 0;
     uint64_t sig = 0;
     in = rc->tryRecvSlot(&got, &sig);
@@ -95,7 +95,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
     if (got != bytes || sig != op.sig) return mismatchError(comm_, op, st.recvPeer, got, bytes, sig);
   }
   if (primSends(st.prim)) {
-    sc = comm_->sendConn[st.sendPeer].get();
+    sc = comm_->sendConn[comm_->connIndex(st.sendPeer, st.channel)].get();
     out = sc->trySendSlot(static_cast<uint32_t>(bytes));
     if (out == nullptr) {
       if (blockedConn_ == nullptr) blockedConn_ = sc, blockedSender_ = true;
@@ -178,8 +178,8 @@ void CommRunner::claimDriven(const ExecOp& op) {
     c->claimDrive();
     driven_.push_back(c);
   };
-  for (int p : op.prep->sendPeers) claim(comm_->sendConn[p].get());
-  for (int p : op.prep->recvPeers) claim(comm_->recvConn[p].get());
+  for (ConnKey k : op.prep->sends) claim(comm_->sendConn[comm_->connIndex(k.peer, k.channel)].get());
+  for (ConnKey k : op.prep->recvs) claim(comm_->recvConn[comm_->connIndex(k.peer, k.channel)].get());
 }
 
 bool CommRunner::driveNet() {

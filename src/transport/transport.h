@@ -36,6 +36,7 @@ struct ConnRequest {
   uint64_t commHash;
   int rank;  // this rank
   int peer;  // the other end
+  int channel;  // which of the connections between the two (schedule.h), for messages
   uint32_t nsteps;
   uint32_t slotBytes;
   const PeerInfo* self;

@@ -201,7 +201,8 @@ TEST(Selector, PickIsTheModelsBestAndFits) {
           EXPECT_TRUE(d.algo->maxRanks == 0 || n <= d.algo->maxRanks) << d.algo->name << " n=" << n;
           EXPECT_LE(d.chunkBytes, t.slotBytes);
           EXPECT_GT(d.chunkBytes, 0u);
-          EXPECT_EQ(d.channels, 1);
+          EXPECT_EQ(d.channels, nodes == 1 ? 1 : d.channels);  // one node: channels only cost
+          EXPECT_LE(d.channels, 2);                             // at most the net's overlap
           EXPECT_STREQ(d.proto, "Simple");
           for (const AlgorithmDef& a : algorithms()) {
             if (a.coll != c || (a.maxRanks != 0 && n > a.maxRanks)) continue;
@@ -284,6 +285,97 @@ TEST(Selector, TablesHaveARowPerSize) {
   EXPECT_EQ(sizeLabel(1 << 30), "1G");
   EXPECT_EQ(sizeLabel(64 << 10), "64K");
   EXPECT_EQ(sizeLabel(8), "8");
+}
+
+TEST(Channels, HostChannelsOnlyCostInsideANode) {
+  // One executor thread per rank copies every byte over shm: more channels add channelUs
+  // each, nothing else, so one node keeps 1.
+  const ModelParams p = hostDefaults();
+  const CommShape sh = evenShape(4, 1, LinkClass::kShm);
+  for (size_t bytes : {size_t(8), size_t(1) << 20, size_t(1) << 30}) {
+    const double one = predictUs("ring", CollKind::kAllReduce, sh, bytes, 128 << 10, p);
+    EXPECT_DOUBLE_EQ(predictUs("ring", CollKind::kAllReduce, sh, bytes, 128 << 10, p, 4), one + 3 * p.channelUs);
+    EXPECT_EQ(select(tuner(4, 1), CollKind::kAllReduce, bytes).channels, 1);
+  }
+  EXPECT_LT(predictUs("ring", CollKind::kAllReduce, sh, 8, 128 << 10, p, 0), 0);
+  // An algorithm that does not apply stays negative whatever the channels (direct across nodes).
+  for (int ch : {1, 2, 16}) EXPECT_LT(predictUs("direct", CollKind::kAllReduce, evenShape(8, 2, LinkClass::kShm), 1 << 20, 128 << 10, p, ch), 0);
+  // Across nodes, TCP overlaps two channels: large messages take 2, small ones 1, never more.
+  const Tuner net = tuner(2, 2);
+  EXPECT_EQ(select(net, CollKind::kAllReduce, 8).channels, 1);
+  EXPECT_EQ(select(net, CollKind::kAllReduce, size_t(64) << 20).channels, 2);
+  EXPECT_EQ(select(net, CollKind::kAllReduce, size_t(1) << 30).channels, 2);
+}
+
+TEST(Channels, DeviceModelUsesChannelsForLargeMessagesOnly) {
+  // A GPU-like fabric: one channel moves 1/16 of a link, channels run in parallel.
+  ModelParams p = hostDefaults();
+  p.channelUs = 0.1;
+  for (LinkParams& l : p.link) l = {3.0, 320.0, 20.0, kMaxChannels};
+  Tuner t = makeTuner(evenShape(8, 1, LinkClass::kShm), 128 << 10, p, Overrides{});
+  const Decision small = select(t, CollKind::kAllReduce, 8);
+  EXPECT_EQ(small.channels, 1);
+  const Decision big = select(t, CollKind::kAllReduce, size_t(1) << 30);
+  EXPECT_EQ(big.channels, 16);
+  EXPECT_LT(big.predictedUs,
+            predictUs(big.algo->name, CollKind::kAllReduce, t.shape, size_t(1) << 30, big.chunkBytes, p, 1) / 4);
+  // Collectives that are not split keep one channel whatever the model says.
+  EXPECT_EQ(select(t, CollKind::kAlltoAll, size_t(1) << 30).channels, 1);
+}
+
+TEST(Channels, RangeOverridesAndClamps) {
+  std::vector<std::string> warnings;
+  Overrides o;
+  setChannelRange(4, 4, &o, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  const Tuner t = makeTuner(evenShape(3, 1, LinkClass::kShm), 128 << 10, hostDefaults(), o);
+  for (CollKind c : {CollKind::kAllReduce, CollKind::kBroadcast, CollKind::kReduce, CollKind::kAllGather,
+                     CollKind::kReduceScatter})
+    for (size_t bytes : {size_t(8), size_t(1) << 26}) EXPECT_EQ(select(t, c, bytes).channels, 4) << collName(c);
+  for (CollKind c : {CollKind::kAlltoAll, CollKind::kGather, CollKind::kScatter})
+    EXPECT_EQ(select(t, c, size_t(1) << 26).channels, 1) << collName(c);
+  EXPECT_NE(decisionTable(t, CollKind::kAllReduce)[1].find("4 channels"), std::string::npos);
+
+  setChannelRange(0, 100, &o, &warnings);
+  EXPECT_EQ(o.minChannels, 1);
+  EXPECT_EQ(o.maxChannels, kMaxChannels);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("SNCCL_MIN_NCHANNELS=0"), std::string::npos) << warnings[0];
+  setChannelRange(8, 4, &o, &warnings);
+  EXPECT_EQ(o.minChannels, 8);
+  EXPECT_EQ(o.maxChannels, 8);
+  EXPECT_EQ(warnings.size(), 2u);
+
+  int cand[6];
+  o.minChannels = 1;
+  o.maxChannels = 16;
+  ASSERT_EQ(channelCandidates(o, CollKind::kAllReduce, cand), 5);
+  EXPECT_EQ(cand[0], 1);
+  EXPECT_EQ(cand[4], 16);
+  o.minChannels = 3;
+  o.maxChannels = 5;
+  ASSERT_EQ(channelCandidates(o, CollKind::kAllReduce, cand), 3);
+  EXPECT_EQ(cand[1], 4);
+  EXPECT_EQ(cand[2], 5);
+  EXPECT_EQ(channelCandidates(o, CollKind::kAlltoAll, cand), 1);
+  EXPECT_EQ(cand[0], 1);
+}
+
+TEST(Channels, ConfigRangeAppliesWhereTheEnvironmentIsSilent) {
+  const uint64_t hosts[] = {1, 1}, procs[] = {1, 2};
+  const int cpus[] = {2, 2};
+  const Tuner t = commTuner(2, hosts, procs, cpus, 128 << 10, false, 2, 3);
+  const Overrides& env = processOverrides();
+  // Only where this process has no SNCCL_MIN/MAX_NCHANNELS (ctest runs it without).
+  if (env.minChannels == 1) {
+    EXPECT_EQ(t.over.minChannels, 2);
+  }
+  if (env.maxChannels == kMaxChannels) {
+    EXPECT_EQ(t.over.maxChannels, 3);
+  }
+  const Tuner big = commTuner(2, hosts, procs, cpus, 128 << 10, false, 64, 64);  // NCCL allows 64
+  EXPECT_LE(big.over.maxChannels, kMaxChannels);
+  EXPECT_LE(big.over.minChannels, big.over.maxChannels);
 }
 
 }  // namespace

@@ -34,6 +34,15 @@ const char* linkClassName(LinkClass c);  // "local", "shm", "net"
 struct LinkParams {
   double latUs = 1.0;   // from a step's end on the sender to the message's arrival
   double bwGBps = 1.0;  // bytes a rank moves per second through one step, 1e9 B/s
+  // What one channel can move per second (0: one channel can fill bwGBps). On a GPU a
+  // channel is one thread block, far below an NVLink's rate.
+  double chanBwGBps = 0;
+  // How many channels make progress side by side on this link. 1 where the rank's one
+  // executor thread copies every byte itself (local, shm): its channels take turns, so
+  // more only cost (measured on shm: 1, 2 and 4 channels give the same busbw within
+  // noise). Above 1 where bytes move off that thread (the kernel's TCP stack, a NIC, a
+  // GPU's thread blocks): one channel's message latency is hidden behind another's.
+  int overlapChannels = 1;
 };
 
 struct ModelParams {
@@ -42,6 +51,8 @@ struct ModelParams {
   // has CPUs (CommShape::oversub > 1): the sender of the awaited message must first get a
   // core (effectiveParams).
   double switchUs = 0;
+  // Cost of each channel beyond the first (more lanes and connections to serve).
+  double channelUs = 0;
   const char* name = "host";  // printed in tables
   const LinkParams& of(LinkClass c) const { return link[static_cast<int>(c)]; }
   LinkParams& of(LinkClass c) { return link[static_cast<int>(c)]; }
@@ -84,10 +95,18 @@ CommShape evenShape(int nranks, int nnodes, LinkClass intra);
 
 // Predicted microseconds of algorithm `name` (AlgorithmDef::name) for `coll` moving
 // `bytes` (NCCL's count x element size: per rank for AllGather, ReduceScatter, AlltoAll,
-// Gather and Scatter) in chunks of at most `chunkBytes`. Negative when the model has no
-// formula for that algorithm or it does not apply to the shape (e.g. direct across nodes).
+// Gather and Scatter) in chunks of at most `chunkBytes`, split over `channels` channels.
+// Negative when the model has no formula for that algorithm or it does not apply to the
+// shape (e.g. direct across nodes).
+//
+// Channels: k = min(channels, overlapChannels of the link the shape is limited by,
+// CommShape::worst()) of them run side by side, each with bytes / k and the same formula
+// at min(chanBwGBps, bwGBps / k) per link (they share what the rank can move); every
+// channel beyond the first adds channelUs. So channels pay off where one cannot fill a
+// link (chanBwGBps < bwGBps) or where their hops' latencies overlap (the network); with
+// k = 1 (one node of host ranks) they only cost and the model keeps 1.
 double predictUs(std::string_view name, CollKind coll, const CommShape& shape, size_t bytes, size_t chunkBytes,
-                 const ModelParams& params);
+                 const ModelParams& params, int channels = 1);
 
 // True when the model has a formula for (name, coll).
 bool hasFormula(std::string_view name, CollKind coll);

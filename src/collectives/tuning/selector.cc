@@ -1,6 +1,9 @@
 // The selector (selector.h): overrides parsed once, the per-call pick, the change log.
 #include "collectives/tuning/selector.h"
 
+#include <algorithm>
+
+#include "collectives/channels.h"
 #include "common/log.h"
 #include "common/params.h"
 
@@ -44,11 +47,25 @@ Overrides parseOverrides(const std::string& algo, const std::string& proto, std:
   return o;
 }
 
+void setChannelRange(int64_t minChannels, int64_t maxChannels, Overrides* o, std::vector<std::string>* warnings) {
+  const int64_t lo = std::clamp<int64_t>(minChannels, 1, kMaxChannels);
+  const int64_t hi = std::clamp<int64_t>(maxChannels, lo, kMaxChannels);
+  if (lo != minChannels || hi != maxChannels)
+    warnings->push_back(format("SNCCL_MIN_NCHANNELS=%lld / SNCCL_MAX_NCHANNELS=%lld: using %lld..%lld (1 <= min <= "
+                               "max <= %d)",
+                               (long long)minChannels, (long long)maxChannels, (long long)lo, (long long)hi,
+                               kMaxChannels));
+  o->minChannels = int(lo);
+  o->maxChannels = int(hi);
+}
+
 const Overrides& processOverrides() {
   // Immutable once built, like the parameter registry it is derived from.
   static const Overrides over = [] {
     std::vector<std::string> warnings;
     Overrides o = parseOverrides(params::getString(params::Id::Algo), params::getString(params::Id::Proto), &warnings);
+    setChannelRange(params::getInt(params::Id::MinNchannels), params::getInt(params::Id::MaxNchannels), &o,
+                    &warnings);
     for (const std::string& w : warnings) SN_WARN("%s", w.c_str());
     return o;
   }();
@@ -65,8 +82,18 @@ Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& par
 }
 
 Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
-                std::span<const int> cpus, size_t slotBytes, bool logTables) {
-  Tuner t = makeTuner(shapeFromHosts(nranks, hosts, procs, cpus), slotBytes, hostDefaults(), processOverrides());
+                std::span<const int> cpus, size_t slotBytes, bool logTables, int cfgMinChannels,
+                int cfgMaxChannels) {
+  Overrides over = processOverrides();
+  const bool envMin = params::isSet(params::Id::MinNchannels), envMax = params::isSet(params::Id::MaxNchannels);
+  if ((cfgMinChannels > 0 && !envMin) || (cfgMaxChannels > 0 && !envMax)) {
+    // Config values beyond what the host runtime runs (NCCL allows 64) are clamped quietly.
+    const int lo = cfgMinChannels > 0 && !envMin ? std::min(cfgMinChannels, kMaxChannels) : over.minChannels;
+    const int hi = cfgMaxChannels > 0 && !envMax ? std::min(cfgMaxChannels, kMaxChannels) : over.maxChannels;
+    over.minChannels = std::clamp(lo, 1, kMaxChannels);
+    over.maxChannels = std::clamp(hi, over.minChannels, kMaxChannels);
+  }
+  Tuner t = makeTuner(shapeFromHosts(nranks, hosts, procs, cpus), slotBytes, hostDefaults(), over);
   t.logCalls = logTables;
   if (logTables && log::enabled(log::kInfo, log::kTuning)) {
     SN_INFO(log::kTuning, "%s", describeTuner(t).c_str());
@@ -83,26 +110,47 @@ int chunkCandidates(size_t slotBytes, size_t out[4]) {
   return n;
 }
 
+int channelCandidates(const Overrides& o, CollKind coll, int out[6]) {
+  int n = 0;
+  if (!channelSplittable(coll)) {
+    out[n++] = 1;
+    return n;
+  }
+  out[n++] = o.minChannels;
+  for (int c = 2; c < o.maxChannels && n < 5; c *= 2)
+    if (c > o.minChannels) out[n++] = c;
+  if (o.maxChannels > o.minChannels) out[n++] = o.maxChannels;
+  return n;
+}
+
 Decision select(const Tuner& t, CollKind coll, size_t bytes) {
   Decision d;
   d.chunkBytes = t.slotBytes;
+  d.channels = channelSplittable(coll) ? t.over.minChannels : 1;
   const uint64_t cand = candidates(t, coll, &d.forced);
   std::span<const AlgorithmDef> algos = algorithms();
   size_t chunks[4];
   const int nchunks = chunkCandidates(t.slotBytes, chunks);
-  // Strict < in table order: ties go to the earlier algorithm and the larger chunk, the
-  // same on every rank.
+  int channels[6];
+  const int nchannels = channelCandidates(t.over, coll, channels);
+  // Strict < in table order: ties go to the earlier algorithm, the larger chunk and the
+  // fewer channels, the same on every rank.
   for (size_t i = 0; i < algos.size() && i < 64; ++i) {
     if (!(cand >> i & 1)) continue;
     if (d.algo == nullptr) d.algo = &algos[i];  // no formula at all: the first candidate
     for (int c = 0; c < nchunks; ++c) {
-      const double us = predictUs(algos[i].name, coll, t.shape, bytes, chunks[c], t.params);
-      if (us < 0) break;
-      if (d.predictedUs < 0 || us < d.predictedUs) {
-        d.algo = &algos[i];
-        d.predictedUs = us;
-        d.chunkBytes = chunks[c];
+      double us = -1;
+      for (int k = 0; k < nchannels; ++k) {
+        us = predictUs(algos[i].name, coll, t.shape, bytes, chunks[c], t.params, channels[k]);
+        if (us < 0) break;
+        if (d.predictedUs < 0 || us < d.predictedUs) {
+          d.algo = &algos[i];
+          d.predictedUs = us;
+          d.chunkBytes = chunks[c];
+          d.channels = channels[k];
+        }
       }
+      if (us < 0) break;
     }
   }
   return d;
@@ -115,7 +163,7 @@ Decision selectAndLog(const Tuner& t, CollKind coll, size_t bytes, DecisionLog* 
   for (size_t b = bytes; b != 0 && cls < DecisionLog::kClasses - 1; b >>= 1) ++cls;
   int shift = 0;
   while (shift < 40 && (size_t(1) << shift) < d.chunkBytes) ++shift;
-  const uint32_t key = uint32_t(d.algo - algorithms().data() + 1) | uint32_t(shift) << 16;
+  const uint32_t key = uint32_t(d.algo - algorithms().data() + 1) | uint32_t(shift) << 16 | uint32_t(d.channels) << 24;
   std::atomic<uint32_t>& last = dlog->last[static_cast<int>(coll)][cls];
   if (last.exchange(key, std::memory_order_relaxed) == key) return d;
   SN_INFO(log::kTuning, "%s %zu bytes -> %s, chunk %zu B, protocol %s, %d channel%s, predicted %.1f us%s",

@@ -30,7 +30,7 @@ struct Decision {
   double predictedUs = -1;   // negative: the model has no formula for algo
   bool forced = false;       // SNCCL_ALGO narrowed the choice
   const char* proto = "Simple";  // the only host protocol (slots and credits)
-  int channels = 1;          // the host runtime runs one ring (channel) per communicator
+  int channels = 1;          // parts the data is split into, each on its own connections (channels.h)
 };
 
 // SNCCL_ALGO and SNCCL_PROTO, parsed once per process (the parameter registry reads each
@@ -39,10 +39,17 @@ struct Decision {
 struct Overrides {
   AlgoSpec algo;
   ProtoSpec proto;
+  // SNCCL_MIN_NCHANNELS / SNCCL_MAX_NCHANNELS: the model picks a channel count in
+  // [minChannels, maxChannels] (1 <= min <= max <= kMaxChannels).
+  int minChannels = 1;
+  int maxChannels = kMaxChannels;
 };
 const Overrides& processOverrides();
 // The same from given texts, warnings returned instead of logged (tests, sn_sim).
 Overrides parseOverrides(const std::string& algo, const std::string& proto, std::vector<std::string>* warnings);
+// Sets the channel range from SNCCL_MIN/MAX_NCHANNELS values, clamped (with a warning)
+// to 1 <= min <= max <= kMaxChannels.
+void setChannelRange(int64_t minChannels, int64_t maxChannels, Overrides* o, std::vector<std::string>* warnings);
 
 // Everything the selector needs about one communicator; immutable after init.
 struct Tuner {
@@ -55,14 +62,21 @@ struct Tuner {
 
 Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& params, const Overrides& over);
 // At communicator init: the shape from the peers' tables, host constants, process
-// overrides; logs the decision tables (INFO, TUNING) when `logTables`.
+// overrides; logs the decision tables (INFO, TUNING) when `logTables`. cfgMin/MaxChannels:
+// the communicator's ncclConfig_t minCTAs/maxCTAs (0: not given), used where
+// SNCCL_MIN/MAX_NCHANNELS are not set (as NCCL, the environment wins), clamped to
+// [1, kMaxChannels].
 Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
-                std::span<const int> cpus, size_t slotBytes, bool logTables);
+                std::span<const int> cpus, size_t slotBytes, bool logTables, int cfgMinChannels = 0,
+                int cfgMaxChannels = 0);
 
 Decision select(const Tuner& t, CollKind coll, size_t bytes);
 
 // Chunk sizes the selector considers: the slot, then halves down to 4 KiB (at most 4).
 int chunkCandidates(size_t slotBytes, size_t out[4]);
+// Channel counts the selector considers for `coll`: min, the powers of two between, max
+// (just 1 for collectives that are not split, channels.h). At most 6.
+int channelCandidates(const Overrides& o, CollKind coll, int out[6]);
 
 // The last decision per collective and power-of-two size class of one communicator, so
 // TUNING logs a call's decision only when it differs from the last one of its class: a

@@ -51,8 +51,11 @@ std::string describeTuner(const Tuner& t) {
   if (s.oversub > 1.0)
     line += format(", %.2g ranks per CPU (+%.1f us per hop, bandwidth / %.2g)", s.oversub, t.params.switchUs * s.oversub,
                    s.oversub);
-  line += format(", slot %zu B; protocol Simple, 1 channel (the host runtime runs one ring per communicator)",
-                 t.slotBytes);
+  const LinkParams& lim = t.params.of(s.worst());
+  line += format(", slot %zu B; protocol Simple; channels %d-%d, %d side by side on %s", t.slotBytes,
+                 t.over.minChannels, t.over.maxChannels, std::min(t.over.maxChannels, std::max(1, lim.overlapChannels)),
+                 linkClassName(s.worst()));
+  if (lim.chanBwGBps > 0) line += format(" (%.3g GB/s each)", lim.chanBwGBps);
   return line;
 }
 
@@ -64,22 +67,26 @@ std::vector<std::string> decisionTable(const Tuner& t, CollKind coll) {
   std::vector<std::string> lines;
   std::string head = format("%-13s %6s", collName(coll), "bytes");
   for (const AlgorithmDef* a : cols) head += format(" %9s", a->name);
-  head += "  pick (us predicted; chunk)";
+  head += "  pick (us predicted; chunk[; channels])";
   lines.push_back(head);
   for (size_t bytes : kSizes) {
     std::string row = format("%-13s %6s", "", sizeLabel(bytes).c_str());
     for (const AlgorithmDef* a : cols) {
       double best = -1;
       size_t chunks[4];
-      const int nc = chunkCandidates(t.slotBytes, chunks);
+      int channels[6];
+      const int nc = chunkCandidates(t.slotBytes, chunks), nch = channelCandidates(t.over, coll, channels);
       for (int c = 0; c < nc; ++c) {
-        const double us = predictUs(a->name, coll, t.shape, bytes, chunks[c], t.params);
-        if (us >= 0 && (best < 0 || us < best)) best = us;
+        for (int k = 0; k < nch; ++k) {
+          const double us = predictUs(a->name, coll, t.shape, bytes, chunks[c], t.params, channels[k]);
+          if (us >= 0 && (best < 0 || us < best)) best = us;
+        }
       }
       row += format(" %9s", fmtUs(best).c_str());
     }
     const Decision d = select(t, coll, bytes);
     row += format("  %s; %s", d.algo ? d.algo->name : "-", sizeLabel(d.chunkBytes).c_str());
+    if (d.channels > 1) row += format("; %d channels", d.channels);
     if (d.forced) row += " (SNCCL_ALGO)";
     lines.push_back(row);
   }

@@ -74,7 +74,7 @@ Result<net::Net*> netFor(const ConnRequest& req) {
 int timeoutSec() { return int(std::max<int64_t>(0, params::getInt(params::Id::Timeout))); }
 
 net::EntryInfo entryInfo(const ConnRequest& req, bool send) {
-  return {format("rank %d %s rank %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer,
+  return {format("rank %d %s rank %d channel %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer, req.channel,
                  (unsigned long long)req.commHash),
           req.rank, req.peer, timeoutSec()};
 }
@@ -106,7 +106,8 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   auto entry = std::make_unique<net::RecvEntry>(n, view, listen, entryInfo(req, false));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
-  SN_INFO(log::kNet, "Channel 00/0 : %d[%d] -> %d[%d] [receive] via NET/%s/0", req.peer, req.remote->cudaDev,
+  SN_INFO(log::kNet, "Channel %02d/0 : %d[%d] -> %d[%d] [receive] via NET/%s/0", req.channel, req.peer,
+          req.remote->cudaDev,
           req.rank, req.self->cudaDev, n->name());
   ConnCtrl* ctrl = ring->ctrl();
   char* slots = ring->slots();
@@ -127,7 +128,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   auto entry = std::make_unique<net::SendEntry>(n, view, handle, entryInfo(req, true));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
-  SN_INFO(log::kNet, "Channel 00/0 : %d[%d] -> %d[%d] [send] via NET/%s/0", req.rank, req.self->cudaDev, req.peer,
+  SN_INFO(log::kNet, "Channel %02d/0 : %d[%d] -> %d[%d] [send] via NET/%s/0", req.channel, req.rank,
+          req.self->cudaDev, req.peer,
           req.remote->cudaDev, n->name());
   ConnCtrl* ctrl = ring->ctrl();
   char* slots = ring->slots();
