@@ -221,7 +221,7 @@ Point measure(const Run& r, const AlgorithmDef& a, size_t bytes) {
   size_t chunks[4];
   pt.chunk = r.tuner.slotBytes;  // the slot when the model has no formula here
   int channels[6];
-  const int nch = tuning::channelCandidates(r.tuner.over, r.o.coll, channels);
+  const int nch = tuning::channelCandidates(r.tuner, r.o.coll, channels);
   for (int k = 0, nk = tuning::chunkCandidates(r.tuner.slotBytes, chunks); k < nk; ++k) {
     for (int j = 0; j < nch; ++j) {
       const double us = tuning::predictUs(a.name, r.o.coll, r.shape, count * 4, chunks[k], r.tuner.params, channels[j]);

@@ -95,6 +95,8 @@ SNCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nccl
   if (st.ok()) {
     cfg.blocking = comm->config.blocking;  // a NULL config inherits the parent's
     cfg.cudaDev = comm->config.cudaDev;
+    cfg.minChannels = comm->config.minChannels;
+    cfg.maxChannels = comm->config.maxChannels;
     if (config != nullptr) st = configFor(config, &cfg);
   }
   if (st.ok()) st = commSplit(comm, color, key, newcomm, cfg);
@@ -111,6 +113,8 @@ SNCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, 
   if (st.ok()) {
     cfg.blocking = comm->config.blocking;
     cfg.cudaDev = comm->config.cudaDev;
+    cfg.minChannels = comm->config.minChannels;
+    cfg.maxChannels = comm->config.maxChannels;
     if (config != nullptr) st = configFor(config, &cfg);
   }
   if (st.ok()) st = commShrink(comm, excludeRanksList, excludeRanksCount, newcomm, cfg, shrinkFlags);

@@ -69,12 +69,22 @@ Status finishInit(ncclComm* comm) {
   comm->slotBytes = uint32_t(slot);
   std::vector<uint64_t> procs;  // which ranks are threads of one process
   std::vector<int> cpus;        // CPUs of each rank's host: more ranks than CPUs changes the picks
+  std::vector<tuning::ChannelRange> ranges;  // what each rank asks for; all use the agreed one
   for (const PeerInfo& p : comm->peers) {
     procs.push_back(p.processToken);
     cpus.push_back(p.cpus);
+    ranges.push_back({p.minChannels, p.maxChannels});
   }
+  const tuning::ChannelRange channels = tuning::agreeChannels(ranges);
+  if (comm->rank == 0)
+    for (const tuning::ChannelRange& r : ranges)
+      if (r.min != ranges[0].min || r.max != ranges[0].max) {
+        SN_WARN("ranks ask for different channel ranges (SNCCL_MIN/MAX_NCHANNELS, minCTAs/maxCTAs); all use %d..%d",
+                channels.min, channels.max);
+        break;
+      }
   comm->tuner = tuning::commTuner(comm->nranks, comm->plan.hosts, procs, cpus, comm->slotBytes, comm->rank == 0,
-                                  comm->config.minChannels, comm->config.maxChannels);
+                                  channels);
   comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
   // Threads that must run on this host while a rank waits: the ranks, plus, when peers sit
   // on other nodes, the proxy and doorbell threads that move their bytes. A waiter that
@@ -126,15 +136,20 @@ Status planCommRing(ncclComm* comm) {
   return OkStatus();
 }
 
-PeerInfo makePeerInfo(int rank, int cudaDev) {
+PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
   PeerInfo info{};
+  const tuning::ChannelRange ch =
+      tuning::localChannelRange(tuning::processOverrides(), params::isSet(params::Id::MinNchannels),
+                                params::isSet(params::Id::MaxNchannels), cfg.minChannels, cfg.maxChannels);
+  info.minChannels = ch.min;
+  info.maxChannels = ch.max;
   info.version = NCCL_VERSION_CODE;
   info.rank = rank;
   info.hostHash = hostHash();
   info.processToken = processToken();
   info.pid = getpid();
   info.pidNs = pidNamespaceId();
-  info.cudaDev = cudaDev;
+  info.cudaDev = cfg.cudaDev;
   info.numa = topo::currentNumaNode();
   info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
   gethostname(info.hostname, sizeof info.hostname - 1);
@@ -153,7 +168,7 @@ void printBannerOnce() {
 
 Status initBody(ncclComm* comm, const ncclUniqueId& id) {
   printBannerOnce();
-  PeerInfo info = makePeerInfo(comm->rank, comm->config.cudaDev);
+  PeerInfo info = makePeerInfo(comm->rank, comm->config);
   SNCCL_ASSIGN_OR_RETURN(comm->bootstrap,
                          Bootstrap::init(id, comm->rank, comm->nranks, asBytes(info), &comm->abortFlag));
   return finishInit(comm);
@@ -264,7 +279,7 @@ Status makeChild(ncclComm* parent, std::vector<int> members, int childRank, uint
   child->nranks = int(members.size());
   *out = child;
   Status st = runInit(child, [parent, child, members = std::move(members), childRank, childHash] {
-    PeerInfo info = makePeerInfo(childRank, child->config.cudaDev);
+    PeerInfo info = makePeerInfo(childRank, child->config);
     SNCCL_ASSIGN_OR_RETURN(child->bootstrap,
                            parent->bootstrap->split(members, childRank, childHash, asBytes(info), &child->abortFlag));
     return finishInit(child);
@@ -379,6 +394,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[k.peer], self));
     ConnBlob blob{};
     SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
+    blob.channel = k.channel;
     SNCCL_TRY(comm->bootstrap->send(k.peer, kTagConnect, &blob, sizeof blob));
     SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers[k.peer].cudaDev,
             comm->rank, self.cudaDev, t->name);
@@ -391,6 +407,10 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     blob.transport[sizeof blob.transport - 1] = '\0';
     const TransportDef* t = findTransport(blob.transport);
     if (t == nullptr) return InternalError("rank %d offered unknown transport '%s'", k.peer, blob.transport);
+    if (blob.channel != k.channel)
+      return InternalError("rank %d offered its channel %d connection where channel %d was expected (the ranks "
+                           "split a call differently)",
+                           k.peer, blob.channel, k.channel);
     SNCCL_ASSIGN_OR_RETURN(conn, t->connectSend(request(k), blob));
   }
   return OkStatus();

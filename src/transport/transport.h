@@ -29,6 +29,8 @@ struct PeerInfo {
   uint64_t pidNs;         // PID namespace (pidNamespaceId()): pids compare only within one
   int32_t numa;           // NUMA node the rank runs on (-1 unknown): input of the ring planner
   int32_t cpus;           // online CPUs of the host: the cost model's oversubscription
+  int32_t minChannels;    // channel range this rank asks for (tuning::localChannelRange);
+  int32_t maxChannels;    // the communicator uses the ranks' agreed one (agreeChannels)
   char hostname[64];
 };
 
@@ -48,6 +50,7 @@ struct ConnBlob {
   char transport[16];
   uint64_t words[4];
   char name[96];
+  int32_t channel;  // set by commConnect; the sender checks it names the connection it expects
 };
 
 struct TransportDef {

@@ -44,6 +44,34 @@ void initWithConfig(int n, int blocking) {
 }
 
 TEST(Comms, InitRankConfigBlocking) { initWithConfig(3, 1); }
+
+// Every rank asks for a different channel count through minCTAs/maxCTAs (1, 2, 3): the
+// ranks agree on one range at init (the largest minimum where they cross), so all split
+// each call alike and the results are right; a rank that used its own count would split
+// differently from its peers and its messages would not match theirs. A split inherits
+// the parent's range.
+TEST(Comms, RanksAskingForDifferentChannelsAgree) {
+  const int n = 3;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr), halves(n, nullptr);
+  mp::parallel(n, [&](int rank) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.minCTAs = rank + 1;
+    cfg.maxCTAs = rank + 1;
+    ASSERT_EQ(ncclCommInitRankConfig(&comms[rank], n, id, rank, &cfg), ncclSuccess) << lastError();
+    for (size_t count : {size_t(1), size_t(7), size_t(1031), size_t(1) << 18})
+      mp::allreduceCheck(comms[rank], rank + 1, n * (n + 1) / 2, count, nullptr, "agreed channels");
+    ASSERT_EQ(ncclCommSplit(comms[rank], rank % 2, rank, &halves[rank], nullptr), ncclSuccess) << lastError();
+    const int64_t sum = rank % 2 == 0 ? 1 + 3 : 2;
+    mp::allreduceCheck(halves[rank], rank + 1, sum, size_t(1) << 16, nullptr, "split");
+  });
+  for (auto* v : {&halves, &comms})
+    for (ncclComm_t c : *v)
+      if (c) {
+        EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+      }
+}
 TEST(Comms, InitRankConfigNonBlocking) { initWithConfig(4, 0); }
 
 TEST(Comms, InitRankBadArguments) {

@@ -60,7 +60,7 @@ Edges hierEdges(int nranks, int perNode) {
 
 // Connections logged in the files of `dir`; removes the files and the directory.
 Edges loggedEdges(const std::string& dir) {
-  static const std::regex kLine(R"(Channel 00 : (\d+)\[-?\d+\] -> (\d+)\[-?\d+\] via )");
+  static const std::regex kLine(R"(Channel \d\d : (\d+)\[-?\d+\] -> (\d+)\[-?\d+\] via )");
   Edges e;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* ent = readdir(d)) {

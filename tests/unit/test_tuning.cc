@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/algorithm.h"
@@ -201,8 +202,11 @@ TEST(Selector, PickIsTheModelsBestAndFits) {
           EXPECT_TRUE(d.algo->maxRanks == 0 || n <= d.algo->maxRanks) << d.algo->name << " n=" << n;
           EXPECT_LE(d.chunkBytes, t.slotBytes);
           EXPECT_GT(d.chunkBytes, 0u);
-          EXPECT_EQ(d.channels, nodes == 1 ? 1 : d.channels);  // one node: channels only cost
-          EXPECT_LE(d.channels, 2);                             // at most the net's overlap
+          if (nodes == 1) {
+            EXPECT_EQ(d.channels, 1);  // one node: channels only cost
+          } else {
+            EXPECT_TRUE(d.channels == 1 || d.channels == 2) << d.channels;  // at most the net's overlap
+          }
           EXPECT_STREQ(d.proto, "Simple");
           for (const AlgorithmDef& a : algorithms()) {
             if (a.coll != c || (a.maxRanks != 0 && n > a.maxRanks)) continue;
@@ -361,21 +365,39 @@ TEST(Channels, RangeOverridesAndClamps) {
   EXPECT_EQ(cand[0], 1);
 }
 
-TEST(Channels, ConfigRangeAppliesWhereTheEnvironmentIsSilent) {
+TEST(Channels, ConfigRangeAndEnvironmentGiveOneRangePerRank) {
+  Overrides env;  // what processOverrides() holds: SNCCL_MIN/MAX_NCHANNELS clamped
+  env.minChannels = 2;
+  env.maxChannels = 3;
+  auto range = [&](bool envMin, bool envMax, int cfgMin, int cfgMax) {
+    const ChannelRange r = localChannelRange(env, envMin, envMax, cfgMin, cfgMax);
+    return std::make_pair(r.min, r.max);
+  };
+  EXPECT_EQ(range(false, false, 0, 0), std::make_pair(1, kMaxChannels));  // defaults
+  EXPECT_EQ(range(false, false, 4, 8), std::make_pair(4, 8));             // ncclConfig_t minCTAs/maxCTAs
+  EXPECT_EQ(range(false, false, 64, 64), std::make_pair(kMaxChannels, kMaxChannels));  // NCCL allows 64
+  EXPECT_EQ(range(true, true, 4, 8), std::make_pair(2, 3));               // the environment wins
+  EXPECT_EQ(range(false, true, 4, 0), std::make_pair(3, 3));              // ... also over the config's min
+  EXPECT_EQ(range(true, false, 0, 1), std::make_pair(2, 2));              // ... and over its max
+  EXPECT_EQ(range(true, false, 0, 8), std::make_pair(2, 8));
+
+  // Every rank computes the same agreed range from the peers' table.
+  const ChannelRange same[] = {{2, 8}, {2, 8}};
+  EXPECT_EQ(agreeChannels(same).min, 2);
+  EXPECT_EQ(agreeChannels(same).max, 8);
+  const ChannelRange overlap[] = {{1, 8}, {2, 16}, {1, 4}};
+  EXPECT_EQ(agreeChannels(overlap).min, 2);
+  EXPECT_EQ(agreeChannels(overlap).max, 4);
+  const ChannelRange crossed[] = {{4, 4}, {1, 2}};  // the largest minimum wins
+  EXPECT_EQ(agreeChannels(crossed).min, 4);
+  EXPECT_EQ(agreeChannels(crossed).max, 4);
+
   const uint64_t hosts[] = {1, 1}, procs[] = {1, 2};
   const int cpus[] = {2, 2};
-  const Tuner t = commTuner(2, hosts, procs, cpus, 128 << 10, false, 2, 3);
-  const Overrides& env = processOverrides();
-  // Only where this process has no SNCCL_MIN/MAX_NCHANNELS (ctest runs it without).
-  if (env.minChannels == 1) {
-    EXPECT_EQ(t.over.minChannels, 2);
-  }
-  if (env.maxChannels == kMaxChannels) {
-    EXPECT_EQ(t.over.maxChannels, 3);
-  }
-  const Tuner big = commTuner(2, hosts, procs, cpus, 128 << 10, false, 64, 64);  // NCCL allows 64
-  EXPECT_LE(big.over.maxChannels, kMaxChannels);
-  EXPECT_LE(big.over.minChannels, big.over.maxChannels);
+  const Tuner t = commTuner(2, hosts, procs, cpus, 128 << 10, false, ChannelRange{3, 5});
+  EXPECT_EQ(t.over.minChannels, 3);
+  EXPECT_EQ(t.over.maxChannels, 5);
+  EXPECT_EQ(select(t, CollKind::kAllReduce, 1 << 20).channels, 3);
 }
 
 }  // namespace

@@ -318,19 +318,15 @@ double predictUs(std::string_view name, CollKind coll, const CommShape& shape, s
   const Formula* f = findFormula(name, coll);
   if (f == nullptr || chunkBytes == 0 || channels < 1) return -1;
   if (bytes == 0) return 0;
-  if (shape.oversub <= 1.0 && channels == 1) return f->fn(Ctx{shape, bytes, chunkBytes, params});
   ModelParams eff = shape.oversub > 1.0 ? effectiveParams(shape, params) : params;
   const int side = std::min(channels, std::max(1, eff.of(shape.worst()).overlapChannels));
-  double us = -1;
-  if (side == 1) {
-    us = f->fn(Ctx{shape, bytes, chunkBytes, eff});
-  } else {
-    for (LinkParams& l : eff.link) {
-      const double one = l.chanBwGBps > 0 ? l.chanBwGBps : l.bwGBps;
-      l.bwGBps = std::min(one, l.bwGBps / side);
-    }
-    us = f->fn(Ctx{shape, size_t(std::ceil(double(bytes) / side)), chunkBytes, eff});
+  // Each of the `side` channels gets its share of the link, at most what one channel moves
+  // (so one channel alone is held to chanBwGBps too).
+  for (LinkParams& l : eff.link) {
+    const double one = l.chanBwGBps > 0 ? l.chanBwGBps : l.bwGBps;
+    l.bwGBps = std::min(one, l.bwGBps / side);
   }
+  const double us = f->fn(Ctx{shape, size_t(std::ceil(double(bytes) / side)), chunkBytes, eff});
   return us < 0 ? us : us + (channels - 1) * eff.channelUs;  // negative: does not apply
 }
 

@@ -81,18 +81,34 @@ Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& par
   return t;
 }
 
-Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
-                std::span<const int> cpus, size_t slotBytes, bool logTables, int cfgMinChannels,
-                int cfgMaxChannels) {
-  Overrides over = processOverrides();
-  const bool envMin = params::isSet(params::Id::MinNchannels), envMax = params::isSet(params::Id::MaxNchannels);
-  if ((cfgMinChannels > 0 && !envMin) || (cfgMaxChannels > 0 && !envMax)) {
-    // Config values beyond what the host runtime runs (NCCL allows 64) are clamped quietly.
-    const int lo = cfgMinChannels > 0 && !envMin ? std::min(cfgMinChannels, kMaxChannels) : over.minChannels;
-    const int hi = cfgMaxChannels > 0 && !envMax ? std::min(cfgMaxChannels, kMaxChannels) : over.maxChannels;
-    over.minChannels = std::clamp(lo, 1, kMaxChannels);
-    over.maxChannels = std::clamp(hi, over.minChannels, kMaxChannels);
+ChannelRange localChannelRange(const Overrides& env, bool envMinSet, bool envMaxSet, int cfgMin, int cfgMax) {
+  // Config values beyond what the host runtime runs are clamped quietly.
+  int lo = envMinSet ? env.minChannels : (cfgMin > 0 ? std::min(cfgMin, kMaxChannels) : 1);
+  int hi = envMaxSet ? env.maxChannels : (cfgMax > 0 ? std::min(cfgMax, kMaxChannels) : kMaxChannels);
+  if (lo > hi) {  // the environment's bound wins over the config's other one
+    if (envMaxSet && !envMinSet) lo = hi;
+    else hi = lo;
   }
+  lo = std::clamp(lo, 1, kMaxChannels);
+  return {lo, std::clamp(hi, lo, kMaxChannels)};
+}
+
+ChannelRange agreeChannels(std::span<const ChannelRange> perRank) {
+  ChannelRange r{1, kMaxChannels};
+  for (const ChannelRange& c : perRank) {
+    r.min = std::max(r.min, c.min);
+    r.max = std::min(r.max, c.max);
+  }
+  r.min = std::clamp(r.min, 1, kMaxChannels);
+  r.max = std::max(r.min, std::min(r.max, kMaxChannels));
+  return r;
+}
+
+Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
+                std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels) {
+  Overrides over = processOverrides();
+  over.minChannels = channels.min;
+  over.maxChannels = channels.max;
   Tuner t = makeTuner(shapeFromHosts(nranks, hosts, procs, cpus), slotBytes, hostDefaults(), over);
   t.logCalls = logTables;
   if (logTables && log::enabled(log::kInfo, log::kTuning)) {
@@ -123,6 +139,16 @@ int channelCandidates(const Overrides& o, CollKind coll, int out[6]) {
   return n;
 }
 
+int channelCandidates(const Tuner& t, CollKind coll, int out[6]) {
+  bool limited = false;
+  for (const LinkParams& l : t.params.link) limited |= l.chanBwGBps > 0;
+  if (!limited && t.params.of(t.shape.worst()).overlapChannels <= 1) {
+    out[0] = channelSplittable(coll) ? t.over.minChannels : 1;
+    return 1;
+  }
+  return channelCandidates(t.over, coll, out);
+}
+
 Decision select(const Tuner& t, CollKind coll, size_t bytes) {
   Decision d;
   d.chunkBytes = t.slotBytes;
@@ -132,7 +158,7 @@ Decision select(const Tuner& t, CollKind coll, size_t bytes) {
   size_t chunks[4];
   const int nchunks = chunkCandidates(t.slotBytes, chunks);
   int channels[6];
-  const int nchannels = channelCandidates(t.over, coll, channels);
+  const int nchannels = channelCandidates(t, coll, channels);
   // Strict < in table order: ties go to the earlier algorithm, the larger chunk and the
   // fewer channels, the same on every rank.
   for (size_t i = 0; i < algos.size() && i < 64; ++i) {

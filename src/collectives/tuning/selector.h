@@ -51,6 +51,22 @@ Overrides parseOverrides(const std::string& algo, const std::string& proto, std:
 // to 1 <= min <= max <= kMaxChannels.
 void setChannelRange(int64_t minChannels, int64_t maxChannels, Overrides* o, std::vector<std::string>* warnings);
 
+struct ChannelRange {
+  int min = 1;
+  int max = kMaxChannels;
+};
+// The channel range this rank asks for: SNCCL_MIN/MAX_NCHANNELS where set (as in NCCL, the
+// environment wins, also over the other bound of the config), else the communicator's
+// ncclConfig_t minCTAs/maxCTAs (0: not given; NCCL allows up to 64), else 1..kMaxChannels;
+// always 1 <= min <= max <= kMaxChannels. `envMinSet`/`envMaxSet` say which variables are
+// set (params::isSet); `env` holds their clamped values (processOverrides()).
+ChannelRange localChannelRange(const Overrides& env, bool envMinSet, bool envMaxSet, int cfgMin, int cfgMax);
+// The range every rank of a communicator uses, from each rank's localChannelRange (they
+// travel in the peers' table, so every rank computes the same): the largest minimum and
+// the smallest maximum, or the largest minimum alone where they cross. Ranks must agree,
+// because both ends of a connection must split a call into the same channels.
+ChannelRange agreeChannels(std::span<const ChannelRange> perRank);
+
 // Everything the selector needs about one communicator; immutable after init.
 struct Tuner {
   CommShape shape;
@@ -62,13 +78,10 @@ struct Tuner {
 
 Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& params, const Overrides& over);
 // At communicator init: the shape from the peers' tables, host constants, process
-// overrides; logs the decision tables (INFO, TUNING) when `logTables`. cfgMin/MaxChannels:
-// the communicator's ncclConfig_t minCTAs/maxCTAs (0: not given), used where
-// SNCCL_MIN/MAX_NCHANNELS are not set (as NCCL, the environment wins), clamped to
-// [1, kMaxChannels].
+// overrides with the agreed channel range (agreeChannels); logs the decision tables
+// (INFO, TUNING) when `logTables`.
 Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
-                std::span<const int> cpus, size_t slotBytes, bool logTables, int cfgMinChannels = 0,
-                int cfgMaxChannels = 0);
+                std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels = {});
 
 Decision select(const Tuner& t, CollKind coll, size_t bytes);
 
@@ -77,6 +90,9 @@ int chunkCandidates(size_t slotBytes, size_t out[4]);
 // Channel counts the selector considers for `coll`: min, the powers of two between, max
 // (just 1 for collectives that are not split, channels.h). At most 6.
 int channelCandidates(const Overrides& o, CollKind coll, int out[6]);
+// The same for a tuner: only the minimum where its model gives channels nothing but their
+// cost (no link limits one channel's rate and the shape's limiting link overlaps none).
+int channelCandidates(const Tuner& t, CollKind coll, int out[6]);
 
 // The last decision per collective and power-of-two size class of one communicator, so
 // TUNING logs a call's decision only when it differs from the last one of its class: a

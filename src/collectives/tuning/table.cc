@@ -75,7 +75,7 @@ std::vector<std::string> decisionTable(const Tuner& t, CollKind coll) {
       double best = -1;
       size_t chunks[4];
       int channels[6];
-      const int nc = chunkCandidates(t.slotBytes, chunks), nch = channelCandidates(t.over, coll, channels);
+      const int nc = chunkCandidates(t.slotBytes, chunks), nch = channelCandidates(t, coll, channels);
       for (int c = 0; c < nc; ++c) {
         for (int k = 0; k < nch; ++k) {
           const double us = predictUs(a->name, coll, t.shape, bytes, chunks[c], t.params, channels[k]);
