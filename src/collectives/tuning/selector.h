@@ -5,10 +5,13 @@
 // ChannelPlan::hosts and the peers' process tokens, slot bytes, parameters: the same on
 // every rank), the collective and its byte count (NCCL requires the same count on every
 // rank), never on local measurements, so every rank picks the same schedule. Parameters
-// are process-wide; like NCCL, snccl expects the same SNCCL_ALGO on every rank.
+// are process-wide; like NCCL, snccl expects the same SNCCL_ALGO on every rank. The
+// channel range is the exception that ranks may set differently (per-rank environment or
+// ncclConfig_t): the communicator agrees on one at init (agreeChannels) before any call.
 //
 // Cost: select() allocates nothing and reads no environment; it evaluates the formulas
-// of the few algorithms of one collective at up to 4 chunk sizes.
+// of the few algorithms of one collective at up to 4 chunk sizes, times up to 5 channel
+// counts where the model can gain from channels (channelCandidates), else just one.
 #pragma once
 
 #include <atomic>
