@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -90,6 +91,9 @@ class ProcessGroupSnccl : public BackendBase {
   struct Op;  // one operation being prepared (see process_group.cc)
 
   c10::intrusive_ptr<c10d::Work> launch(Op& op, const std::function<void(ncclComm_t)>& calls);
+  // The PreMulSum reduction operators an operation creates (for ReduceOp.PREMUL_SUM)
+  // on the communicator: `op` destroys them when it is released.
+  std::shared_ptr<std::vector<ncclRedOp_t>> destroyOpsOnRelease(Op& op);
   void check(ncclResult_t r, const char* what);
   [[noreturn]] void fail(ncclResult_t r, const char* what);
   void completionLoop();

@@ -110,6 +110,17 @@ static ncclRedOp_t resolveOp(const NcclApi& api, const RedArgs& a, ncclComm_t co
   return op;
 }
 
+std::shared_ptr<std::vector<ncclRedOp_t>> ProcessGroupSnccl::destroyOpsOnRelease(Op& op) {
+  auto created = std::make_shared<std::vector<ncclRedOp_t>>();
+  op.release = [this, created] {
+    if (created->empty()) return;
+    std::lock_guard<std::mutex> lock(commMutex_);
+    if (comm_)
+      for (auto o : *created) api_.RedOpDestroy(o, comm_);
+  };
+  return created;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
   Op op(OpType::ALLREDUCE);
@@ -122,13 +133,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::allreduce(std::vector<at::Tens
     args.push_back(redArgs(v, opts.reduceOp));
     bufs.push_back(v);
   }
-  auto created = std::make_shared<std::vector<ncclRedOp_t>>();
-  op.release = [this, created] {
-    if (created->empty()) return;
-    std::lock_guard<std::mutex> lock(commMutex_);
-    if (comm_)
-      for (auto o : *created) api_.RedOpDestroy(o, comm_);
-  };
+  auto created = destroyOpsOnRelease(op);
   return launch(op, [&](ncclComm_t comm) {
     ncclResult_t end = ncclSuccess;
     grouped(api_, &end, [&] {
@@ -158,13 +163,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::reduce(std::vector<at::Tensor>
   op.outputs = tensors;
   at::Tensor b = realView(op.out(tensors[0]), opts.reduceOp);
   RedArgs a = redArgs(b, opts.reduceOp);
-  auto created = std::make_shared<std::vector<ncclRedOp_t>>();
-  op.release = [this, created] {
-    if (created->empty()) return;
-    std::lock_guard<std::mutex> lock(commMutex_);
-    if (comm_)
-      for (auto o : *created) api_.RedOpDestroy(o, comm_);
-  };
+  auto created = destroyOpsOnRelease(op);
   int root = static_cast<int>(opts.rootRank);
   return launch(op, [&](ncclComm_t comm) {
     ncclRedOp_t o = resolveOp(api_, a, comm, created.get());
@@ -183,13 +182,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::_reduce_scatter_base(
   at::Tensor in = realView(op.in(input), opts.reduceOp);
   at::Tensor out = realView(op.out(output), opts.reduceOp);
   RedArgs a = redArgs(out, opts.reduceOp);
-  auto created = std::make_shared<std::vector<ncclRedOp_t>>();
-  op.release = [this, created] {
-    if (created->empty()) return;
-    std::lock_guard<std::mutex> lock(commMutex_);
-    if (comm_)
-      for (auto o : *created) api_.RedOpDestroy(o, comm_);
-  };
+  auto created = destroyOpsOnRelease(op);
   return launch(op, [&](ncclComm_t comm) {
     ncclRedOp_t o = resolveOp(api_, a, comm, created.get());
     check(api_.ReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), a.type, o, comm,
