@@ -44,7 +44,7 @@ ModelParams hostDefaults() {
   p.of(LinkClass::kLocal) = {1.0, 12.0};
   p.of(LinkClass::kShm) = {2.0, 10.0};
   // Two channels over TCP measured 5-20% above one at 1-64 MiB in 6 of 7 interleaved
-  // rounds (2 ranks on 2 namespaces, 2026-11-30 18:15): the kernel moves one channel's
+  // rounds (2 ranks on 2 namespaces, 2026-11-30 17:15 UTC): the kernel moves one channel's
   // bytes while the rank serves the other. Four were no better than two.
   p.of(LinkClass::kNet) = {20.0, 1.8, 0.0, 2};
   p.name = "host";
