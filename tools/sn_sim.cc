@@ -218,17 +218,10 @@ struct Point {
 Point measure(const Run& r, const AlgorithmDef& a, size_t bytes) {
   Point pt;
   const size_t count = countOf(r.o.coll, bytes, r.cl.nranks);
-  size_t chunks[4];
-  pt.chunk = r.tuner.slotBytes;  // the slot when the model has no formula here
-  int channels[6];
-  const int nch = tuning::channelCandidates(r.tuner, r.o.coll, channels);
-  for (int k = 0, nk = tuning::chunkCandidates(r.tuner.slotBytes, chunks); k < nk; ++k) {
-    for (int j = 0; j < nch; ++j) {
-      const double us = tuning::predictUs(a.name, r.o.coll, r.shape, count * 4, chunks[k], r.tuner.params, channels[j]);
-      if (us >= 0 && (pt.modelUs < 0 || us < pt.modelUs))
-        pt.modelUs = us, pt.chunk = chunks[k], pt.channels = channels[j];
-    }
-  }
+  const tuning::AlgoBest best = tuning::bestFor(r.tuner, a.name, r.o.coll, count * 4);
+  pt.modelUs = best.us;
+  pt.chunk = best.chunkBytes;  // the slot when the model has no formula here
+  pt.channels = best.channels;
   CollArgs args;
   args.coll = r.o.coll;
   args.nranks = r.cl.nranks;

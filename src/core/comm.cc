@@ -389,7 +389,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
   // Receivers create and announce first (the sends are buffered), then senders attach:
   // no rank waits before it has announced everything its peers wait for.
   for (ConnKey k : recvs) {
-    std::unique_ptr<Connection>& conn = comm->recvConn[comm->connIndex(k.peer, k.channel)];
+    std::unique_ptr<Connection>& conn = comm->recvConnOf(k);
     if (conn) continue;
     SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[k.peer], self));
     ConnBlob blob{};
@@ -400,7 +400,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
             comm->rank, self.cudaDev, t->name);
   }
   for (ConnKey k : sends) {
-    std::unique_ptr<Connection>& conn = comm->sendConn[comm->connIndex(k.peer, k.channel)];
+    std::unique_ptr<Connection>& conn = comm->sendConnOf(k);
     if (conn) continue;
     ConnBlob blob{};
     SNCCL_TRY(comm->bootstrap->recv(k.peer, kTagConnect, &blob, sizeof blob));

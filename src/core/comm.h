@@ -104,12 +104,14 @@ struct ncclComm {
   snccl::tuning::Tuner tuner;
   snccl::tuning::DecisionLog tuneLog;
 
-  // Connections by channel and peer (index channel * nranks + peer: connIndex), sized
-  // for kMaxChannels at init and created lazily; touched only by the thread that
-  // currently executes this communicator's operations (see the ticket below).
+  // Connections by channel and peer (index channel * nranks + peer), sized for
+  // kMaxChannels at init and created lazily; touched only by the thread that currently
+  // executes this communicator's operations (see the ticket below).
   std::vector<std::unique_ptr<snccl::Connection>> sendConn;
   std::vector<std::unique_ptr<snccl::Connection>> recvConn;
-  size_t connIndex(int peer, int channel) const { return size_t(channel) * size_t(nranks) + size_t(peer); }
+  std::unique_ptr<snccl::Connection>& sendConnOf(snccl::ConnKey k) { return sendConn[connIndex(k)]; }
+  std::unique_ptr<snccl::Connection>& recvConnOf(snccl::ConnKey k) { return recvConn[connIndex(k)]; }
+  size_t connIndex(snccl::ConnKey k) const { return size_t(k.channel) * size_t(nranks) + size_t(k.peer); }
   uint32_t nsteps = 8;
   uint32_t slotBytes = 0;
   int64_t timeoutNs = 0;  // 0: no limit

@@ -84,7 +84,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
   const char* in = nullptr;
   char* out = nullptr;
   if (primReceives(st.prim)) {
-    rc = comm_->recvConn[comm_->connIndex(st.recvPeer, st.channel)].get();
+    rc = comm_->recvConnOf({st.recvPeer, st.channel}).get();
     uint32_t got = 0;
     uint64_t sig = 0;
     in = rc->tryRecvSlot(&got, &sig);
@@ -95,7 +95,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
     if (got != bytes || sig != op.sig) return mismatchError(comm_, op, st.recvPeer, got, bytes, sig);
   }
   if (primSends(st.prim)) {
-    sc = comm_->sendConn[comm_->connIndex(st.sendPeer, st.channel)].get();
+    sc = comm_->sendConnOf({st.sendPeer, st.channel}).get();
     out = sc->trySendSlot(static_cast<uint32_t>(bytes));
     if (out == nullptr) {
       if (blockedConn_ == nullptr) blockedConn_ = sc, blockedSender_ = true;
@@ -178,8 +178,8 @@ void CommRunner::claimDriven(const ExecOp& op) {
     c->claimDrive();
     driven_.push_back(c);
   };
-  for (ConnKey k : op.prep->sends) claim(comm_->sendConn[comm_->connIndex(k.peer, k.channel)].get());
-  for (ConnKey k : op.prep->recvs) claim(comm_->recvConn[comm_->connIndex(k.peer, k.channel)].get());
+  for (ConnKey k : op.prep->sends) claim(comm_->sendConnOf(k).get());
+  for (ConnKey k : op.prep->recvs) claim(comm_->recvConnOf(k).get());
 }
 
 bool CommRunner::driveNet() {

@@ -149,34 +149,39 @@ int channelCandidates(const Tuner& t, CollKind coll, int out[6]) {
   return channelCandidates(t.over, coll, out);
 }
 
+AlgoBest bestFor(const Tuner& t, std::string_view name, CollKind coll, size_t bytes) {
+  size_t chunks[4];
+  int channels[6];
+  const int nchunks = chunkCandidates(t.slotBytes, chunks), nchannels = channelCandidates(t, coll, channels);
+  AlgoBest b{-1, t.slotBytes, channels[0]};
+  // Strict <: ties go to the larger chunk and the fewer channels.
+  for (int c = 0; c < nchunks; ++c) {
+    for (int k = 0; k < nchannels; ++k) {
+      const double us = predictUs(name, coll, t.shape, bytes, chunks[c], t.params, channels[k]);
+      if (us < 0) return b;  // no formula, or it does not apply: the same for every candidate
+      if (b.us < 0 || us < b.us) b = {us, chunks[c], channels[k]};
+    }
+  }
+  return b;
+}
+
 Decision select(const Tuner& t, CollKind coll, size_t bytes) {
   Decision d;
   d.chunkBytes = t.slotBytes;
   d.channels = channelSplittable(coll) ? t.over.minChannels : 1;
   const uint64_t cand = candidates(t, coll, &d.forced);
   std::span<const AlgorithmDef> algos = algorithms();
-  size_t chunks[4];
-  const int nchunks = chunkCandidates(t.slotBytes, chunks);
-  int channels[6];
-  const int nchannels = channelCandidates(t, coll, channels);
-  // Strict < in table order: ties go to the earlier algorithm, the larger chunk and the
-  // fewer channels, the same on every rank.
+  // Strict < in table order: ties go to the earlier algorithm (then, inside bestFor, the
+  // larger chunk and the fewer channels), the same on every rank.
   for (size_t i = 0; i < algos.size() && i < 64; ++i) {
     if (!(cand >> i & 1)) continue;
     if (d.algo == nullptr) d.algo = &algos[i];  // no formula at all: the first candidate
-    for (int c = 0; c < nchunks; ++c) {
-      double us = -1;
-      for (int k = 0; k < nchannels; ++k) {
-        us = predictUs(algos[i].name, coll, t.shape, bytes, chunks[c], t.params, channels[k]);
-        if (us < 0) break;
-        if (d.predictedUs < 0 || us < d.predictedUs) {
-          d.algo = &algos[i];
-          d.predictedUs = us;
-          d.chunkBytes = chunks[c];
-          d.channels = channels[k];
-        }
-      }
-      if (us < 0) break;
+    const AlgoBest b = bestFor(t, algos[i].name, coll, bytes);
+    if (b.us >= 0 && (d.predictedUs < 0 || b.us < d.predictedUs)) {
+      d.algo = &algos[i];
+      d.predictedUs = b.us;
+      d.chunkBytes = b.chunkBytes;
+      d.channels = b.channels;
     }
   }
   return d;

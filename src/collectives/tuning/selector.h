@@ -97,6 +97,17 @@ int channelCandidates(const Overrides& o, CollKind coll, int out[6]);
 // cost (no link limits one channel's rate and the shape's limiting link overlaps none).
 int channelCandidates(const Tuner& t, CollKind coll, int out[6]);
 
+// One algorithm's best prediction over the candidate chunk sizes and channel counts, ties
+// to the larger chunk and the fewer channels (what select() compares across algorithms,
+// and what the tables print). us < 0: the model has no formula for it or it does not
+// apply to the shape; chunkBytes is then the slot and channels the minimum.
+struct AlgoBest {
+  double us = -1;
+  size_t chunkBytes = 0;
+  int channels = 1;
+};
+AlgoBest bestFor(const Tuner& t, std::string_view name, CollKind coll, size_t bytes);
+
 // The last decision per collective and power-of-two size class of one communicator, so
 // TUNING logs a call's decision only when it differs from the last one of its class: a
 // training loop logs each shape once, and the small calls a benchmark interleaves with its

@@ -72,17 +72,7 @@ std::vector<std::string> decisionTable(const Tuner& t, CollKind coll) {
   for (size_t bytes : kSizes) {
     std::string row = format("%-13s %6s", "", sizeLabel(bytes).c_str());
     for (const AlgorithmDef* a : cols) {
-      double best = -1;
-      size_t chunks[4];
-      int channels[6];
-      const int nc = chunkCandidates(t.slotBytes, chunks), nch = channelCandidates(t, coll, channels);
-      for (int c = 0; c < nc; ++c) {
-        for (int k = 0; k < nch; ++k) {
-          const double us = predictUs(a->name, coll, t.shape, bytes, chunks[c], t.params, channels[k]);
-          if (us >= 0 && (best < 0 || us < best)) best = us;
-        }
-      }
-      row += format(" %9s", fmtUs(best).c_str());
+      row += format(" %9s", fmtUs(bestFor(t, a->name, coll, bytes).us).c_str());
     }
     const Decision d = select(t, coll, bytes);
     row += format("  %s; %s", d.algo ? d.algo->name : "-", sizeLabel(d.chunkBytes).c_str());
