@@ -176,8 +176,8 @@ Status Sim::addStep(int r, uint32_t laneId, const Schedule& s, size_t lane, size
   Status bad = OkStatus();
   CStep c{0, 0, static_cast<uint32_t>(st.count), kNoFifo, kNoFifo, 0, 0, static_cast<uint8_t>(st.prim),
           static_cast<uint8_t>(st.final ? kFlagFinal : 0)};
-  const bool conn = st.prim != Prim::kCopy;
-  if (static_cast<uint8_t>(st.prim) > static_cast<uint8_t>(Prim::kCopy)) {
+  const bool conn = sched::primReceives(st.prim) || sched::primSends(st.prim);
+  if (static_cast<uint8_t>(st.prim) > static_cast<uint8_t>(Prim::kLocalReduce)) {
     bad = InternalError("unknown prim %u", static_cast<unsigned>(st.prim));
   } else if (st.count == 0) {
     bad = InternalError("zero-count step (generators must skip empty chunks on every rank alike)");
@@ -320,7 +320,13 @@ Status Sim::execute(uint32_t laneId, const CStep& s) {
   tmp_.resize(s.count);
   const bool recv = s.recvFifo != kNoFifo;
   if (recv) SNCCL_TRY(popMessage(laneId, s));
-  if (sched::primReadsSrc(p)) SNCCL_TRY(readSrc(laneId, s, recv));
+  if (sched::primReadsDst(p)) {  // the accumulator: dst's current values, then src joins them
+    for (uint32_t i = 0; i < s.count; ++i) {
+      SNCCL_TRY(access(laneId, s.dstPos + i, s.dstBuf, false));
+      tmp_[i] = m.vals[s.dstPos + i];
+    }
+  }
+  if (sched::primReadsSrc(p)) SNCCL_TRY(readSrc(laneId, s, recv || sched::primReadsDst(p)));
   if (s.flags & kFlagFinal) {
     for (uint32_t i = 0; i < s.count; ++i) {
       Status st = finalize(&tmp_[i]);

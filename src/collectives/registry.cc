@@ -19,6 +19,7 @@ Status treeReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status hierAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status directAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status rdAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status flatAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pAlltoAll(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pGather(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pScatter(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -51,6 +52,10 @@ constexpr AlgorithmDef kAlgorithms[] = {
     {"rd", "rd", CollKind::kAllReduce,
      "recursive doubling: log2(n) rounds exchanging whole vectors (non-powers of 2 fold in/out); small messages",
      rdAllReduce},
+    {"flat", "direct", CollKind::kAllReduce,
+     "every rank sends its whole input to every other and folds the n inputs in rank order: one message "
+     "latency for any n, n-1 copies sent per rank; tiny messages, nodes with more ranks than CPUs",
+     flatAllReduce, 16},
     {"p2p", "p2p", CollKind::kAlltoAll, "direct send/recv with every peer, one lane per peer and direction",
      p2pAlltoAll},
     {"p2p", "p2p", CollKind::kGather, "every rank sends to the root, which receives on a lane per peer",

@@ -59,15 +59,12 @@ std::vector<Step>* beginBroadcast(const CollArgs& args, Schedule* out);
 // ... and Reduce generators (output only on the root; no lane for zero elements).
 std::vector<Step>* beginReduce(const CollArgs& args, Schedule* out);
 
-// What each prim touches (schedule.h): the connection it reads, the one it writes, the
-// local operand it reads (src) and the local buffer it stores to (dst).
-inline bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy; }
-inline bool primSends(Prim p) {
-  return p == Prim::kSend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
-         p == Prim::kRecvCopySend;
-}
-inline bool primReadsSrc(Prim p) { return p != Prim::kRecv && p != Prim::kRecvCopySend; }
-inline bool primWritesDst(Prim p) { return p != Prim::kSend && p != Prim::kRecvReduceSend; }
+// What each prim touches: schedule.h (shared with the executor).
+using snccl::primReadsDst;
+using snccl::primReadsSrc;
+using snccl::primReceives;
+using snccl::primSends;
+using snccl::primWritesDst;
 
 inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 

@@ -30,6 +30,7 @@ const char* primName(Prim p) {
     case Prim::kRecvReduceCopySend: return "RecvReduceCopySend";
     case Prim::kRecvCopySend: return "RecvCopySend";
     case Prim::kCopy: return "Copy";
+    case Prim::kLocalReduce: return "LocalReduce";
   }
   return "Unknown";
 }

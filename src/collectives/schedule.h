@@ -56,8 +56,20 @@ enum class Prim : uint8_t {
   kRecvReduceCopySend,  // connection(recvPeer) (+) src -> dst and -> connection(sendPeer)
   kRecvCopySend,        // connection(recvPeer) -> dst and -> connection(sendPeer)
   kCopy,                // src -> dst, local
+  kLocalReduce,         // dst (+) src -> dst, local (two operands a rank holds itself)
 };
 const char* primName(Prim p);
+
+// What each prim touches: the connection it reads, the one it writes, the local operand
+// it reads (src), the local buffer it stores to (dst), and whether it reads dst first.
+inline bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce; }
+inline bool primSends(Prim p) {
+  return p == Prim::kSend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
+         p == Prim::kRecvCopySend;
+}
+inline bool primReadsSrc(Prim p) { return p != Prim::kRecv && p != Prim::kRecvCopySend; }
+inline bool primWritesDst(Prim p) { return p != Prim::kSend && p != Prim::kRecvReduceSend; }
+inline bool primReadsDst(Prim p) { return p == Prim::kLocalReduce; }
 
 struct BufRef {
   uint16_t buf = 0;   // index into Schedule::bufs

@@ -17,6 +17,7 @@
 #include "topology/affinity.h"
 #include "topology/discovery.h"
 #include "topology/planner.h"
+#include "topology/rank_pinning.h"
 
 namespace snccl {
 
@@ -40,7 +41,12 @@ Status finishInit(ncclComm* comm) {
                           comm->rank, unsigned(NCCL_VERSION_CODE));
   }
   comm->localRanks = 0;
-  for (const PeerInfo& p : comm->peers) comm->localRanks += p.hostHash == comm->peers[comm->rank].hostHash;
+  comm->localRank = 0;
+  for (int r = 0; r < comm->nranks; ++r)
+    if (comm->peers[r].hostHash == comm->peers[comm->rank].hostHash) {
+      comm->localRank += r < comm->rank;
+      ++comm->localRanks;
+    }
   // Waits in connection setup (bootstrap recv) then notice a peer on this host that died
   // before sending what we wait for, instead of sitting out SNCCL_TIMEOUT. The bootstrap
   // is owned by the comm, so `comm` outlives the watch.
@@ -337,6 +343,26 @@ Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclCo
   uint64_t h = parent->commHash;
   for (int m : members) h = (h ^ uint64_t(m)) * 0x100000001b3ull;
   return makeChild(parent, std::move(members), childRank, h ^ 0x5348524e4bull, cfg, out);
+}
+
+void commPlaceThread(ncclComm* comm) {
+  const std::thread::id self = std::this_thread::get_id();
+  if (comm->placedThread.load(std::memory_order_relaxed) == self) return;
+  comm->placedThread.store(self, std::memory_order_relaxed);
+  if (params::getInt(params::Id::PinRanks) == 0) return;
+  // The thread's own mask, not the machine's: a launcher that bound ranks to a few CPUs
+  // is obeyed, and a thread that may use one CPU only (bound by the user, or pinned here
+  // for another communicator) is left where it is.
+  const std::vector<int> allowed = topo::currentThreadCpus();
+  const int cpu = topo::pinnedCpuFor(comm->localRank, comm->localRanks, allowed);
+  if (cpu < 0) return;
+  Status st = topo::bindCurrentThread(std::span<const int>(&cpu, 1));
+  if (!st.ok()) {
+    SN_INFO(log::kInit, "rank %d: not pinned to CPU %d: %s", comm->rank, cpu, st.message().c_str());
+    return;
+  }
+  SN_INFO(log::kInit, "rank %d (local %d of %d on %zu CPUs): thread pinned to CPU %d (SNCCL_PIN_RANKS)", comm->rank,
+          comm->localRank, comm->localRanks, allowed.size(), cpu);
 }
 
 Status checkComm(ncclComm* comm, bool requireReady) {

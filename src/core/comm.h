@@ -94,6 +94,10 @@ struct ncclComm {
   int rank = 0;
   int nranks = 0;
   int localRanks = 1;  // ranks on this node (same host hash)
+  int localRank = 0;   // this rank's index among them (by rank)
+  // The last thread whose placement commPlaceThread() settled (SNCCL_PIN_RANKS): another
+  // thread running this communicator's operations is looked at once more.
+  std::atomic<std::thread::id> placedThread{};
   snccl::CommConfig config;
   std::unique_ptr<snccl::Bootstrap> bootstrap;
   std::vector<snccl::PeerInfo> peers;
@@ -179,6 +183,10 @@ Status checkComm(ncclComm* comm, bool requireReady = true);
 
 // Records a fatal error on the communicator (first one wins) and poisons its connections.
 void commSetError(ncclComm* comm, const Status& status);
+
+// Called by the thread about to run `comm`'s operations: pins it per SNCCL_PIN_RANKS
+// (topology/rank_pinning.h) the first time it runs them. Costs one comparison after that.
+void commPlaceThread(ncclComm* comm);
 
 // Ensures the send connections `sends` and the receive connections `recvs` exist
 // (handshake over the bootstrap; both ends call it during the same operation, each list

@@ -20,12 +20,6 @@ namespace snccl {
 namespace {
 constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds reaction time
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
-
-bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy; }
-bool primSends(Prim p) {
-  return p == Prim::kSend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
-         p == Prim::kRecvCopySend;
-}
 }  // namespace
 
 std::string ExecOp::describe() const {
@@ -131,6 +125,9 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
       break;
     case Prim::kCopy:
       kernels::copy(dst, src, st.count, op.dt, op.op, scale, st.final);
+      break;
+    case Prim::kLocalReduce:
+      kernels::reduce(dst, dst, src, st.count, op.dt, op.op, scale, st.final);
       break;
   }
   if (sc != nullptr) sc->post(static_cast<uint32_t>(bytes), op.sig);
@@ -406,6 +403,10 @@ Status runRunners(std::span<CommRunner*> runners) {
         st = s;
         break;
       }
+      // After checkComm: init (maybe on another thread) is done. Only a thread that runs
+      // one rank is placed: one driving several ranks of a group would be pinned to the
+      // first one's CPU, and so would every thread it starts afterwards.
+      if (runners.size() == 1) commPlaceThread(r->comm());
     }
   }
   if (st.ok()) st = connectAll(runners);

@@ -1,6 +1,8 @@
 // Communicator life cycle through the API: InitRankConfig (blocking and non-blocking),
 // InitRankScalable, Split, Shrink, Finalize/Destroy, and host streams (ordering, overlap,
 // two streams on two communicators, asynchronous errors).
+#include <sched.h>
+
 #include <atomic>
 
 #include "mp/mp_util.h"
@@ -73,6 +75,57 @@ TEST(Comms, RanksAskingForDifferentChannelsAgree) {
       }
 }
 TEST(Comms, InitRankConfigNonBlocking) { initWithConfig(4, 0); }
+
+// The CPUs the calling thread may run on.
+std::vector<int> threadCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// More ranks on a node than CPUs: 4 rank threads, each allowed the same 2 CPUs. The thread
+// that runs a rank's operations ends pinned to one CPU, recursive-doubling partners apart
+// (SNCCL_PIN_RANKS, topology/rank_pinning.h): ranks 0 and 3 on the first, 1 and 2 on the
+// second. Its ctest twin runs with SNCCL_PIN_RANKS=0, where every mask stays as it was.
+TEST(Comms, OversubscribedRanksArePinned) {
+  const std::vector<int> cpus = threadCpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs to pin ranks to, this thread may use " << cpus.size();
+  const int c0 = cpus[0], c1 = cpus[1];
+  const char* env = std::getenv("SNCCL_PIN_RANKS");
+  const bool off = env != nullptr && std::string(env) == "0";
+  const int n = 4;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<std::vector<int>> before(n), after(n);
+  mp::parallel(n, [&](int rank) {
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    CPU_SET(c0, &two);
+    CPU_SET(c1, &two);
+    ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);
+    ASSERT_EQ(ncclCommInitRank(&comms[rank], n, id, rank), ncclSuccess) << lastError();
+    before[rank] = threadCpus();  // init alone moves nothing: the thread running operations is placed
+    mp::allreduceCheck(comms[rank], rank + 1, n * (n + 1) / 2);
+    mp::allreduceCheck(comms[rank], rank + 1, n * (n + 1) / 2, 3, nullptr, "second call");
+    after[rank] = threadCpus();
+  });
+  const int placed[] = {c0, c1, c1, c0};
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(before[r], (std::vector<int>{c0, c1})) << "rank " << r;
+    const std::vector<int> want = off ? std::vector<int>{c0, c1} : std::vector<int>{placed[r]};
+    EXPECT_EQ(after[r], want) << "rank " << r;
+  }
+  for (ncclComm_t c : comms)
+    if (c) {
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    }
+}
+
 
 TEST(Comms, InitRankBadArguments) {
   ncclUniqueId id;

@@ -61,7 +61,8 @@ void forEachStep(const AlgorithmDef& algo, int n, size_t count, size_t chunk, co
 // ---- Bitwise agreement across ranks. The symbolic checker sums hashes, so it cannot see
 // the order in which a rank combines the inputs; floating-point sums depend on it. Here
 // each element is the expression the executor evaluates: every prim that reduces
-// combines exactly two operands (received (+) local), and every NCCL op is commutative
+// combines exactly two operands (received (+) local, or for LocalReduce dst (+) src), and
+// every NCCL op is commutative
 // for two operands, so an expression is written with its two operands sorted. Equal
 // expressions on every rank mean equal bits on every rank, for any op and datatype.
 
@@ -96,17 +97,18 @@ std::vector<std::vector<std::string>> evaluate(int n, size_t count, bool inPlace
         for (size_t& i = next[static_cast<size_t>(r)][l]; i < s.lanes[l].steps.size(); ++i) {
           const Step& st = s.lanes[l].steps[i];
           std::vector<std::string> v(st.count);
-          if (st.prim != Prim::kSend && st.prim != Prim::kCopy) {
+          if (primReceives(st.prim)) {
             auto& q = fifo[{st.recvPeer, r}];
             if (q.empty()) break;
             v = std::move(q.front());
             q.pop_front();
           }
-          const bool reduce = st.prim == Prim::kRecvReduceSend || st.prim == Prim::kRecvReduceCopy ||
-                              st.prim == Prim::kRecvReduceCopySend;
+          if (primReadsDst(st.prim))  // LocalReduce: the accumulator is dst
+            for (size_t k = 0; k < st.count; ++k) v[k] = buf(r, st.dst.buf)[st.dst.offset + k];
+          const bool reduce = primReadsSrc(st.prim) && (primReceives(st.prim) || primReadsDst(st.prim));
           for (size_t k = 0; k < st.count; ++k) {
             const std::string& src = buf(r, st.src.buf)[st.src.offset + k];
-            if (st.prim == Prim::kSend || st.prim == Prim::kCopy) v[k] = src;
+            if (primReadsSrc(st.prim) && !reduce) v[k] = src;
             if (reduce) v[k] = combine(v[k], src);
             if (st.final) v[k] += "!";
           }
@@ -171,7 +173,7 @@ TEST(BitwiseAgreement, CatchesRankDependentOrder) {
 }
 
 TEST(BitwiseAgreement, EveryAllReduceAgreesAcrossRanks) {
-  for (const char* name : {"rd", "direct", "ring", "tree", "hier"}) {
+  for (const char* name : {"rd", "direct", "flat", "ring", "tree", "hier"}) {
     const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, name);
     ASSERT_NE(algo, nullptr) << name;
     for (int n = 1; n <= (algo->maxRanks ? algo->maxRanks : 40); ++n)
@@ -334,6 +336,104 @@ TEST(Direct, EachBlockReducedOnceByItsOwner) {
         EXPECT_EQ(toPeer[static_cast<size_t>(r)][static_cast<size_t>(q)], q == r ? 0u : 2u) << r << "->" << q;
     }
     EXPECT_EQ(covered, count);
+  }
+}
+
+// ---- flat: every rank sends its input to every other and folds the n inputs in rank order.
+
+TEST(Flat, OneToSixteenRanks) {
+  const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, "flat");
+  ASSERT_NE(algo, nullptr);
+  EXPECT_EQ(algo->maxRanks, 16);
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t cases = 0;
+  for (int n = 1; n <= 16; ++n) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{13}, size_t{1001}}) {
+      for (size_t chunk : {size_t{1}, size_t{4}, size_t{64}}) {
+        for (int slots : {1, 2, 8}) {
+          for (bool inPlace : {false, true}) {
+            if (n > 8 && (slots != 2 || chunk == 1)) continue;
+            const Shape s{count, chunk, slots, inPlace};
+            Status st = checkShape(*algo, n, s);
+            ASSERT_TRUE(st.ok()) << "flat " << describe(n, s) << ": " << st.message();
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  std::printf("flat AllReduce: %zu cases, n = 1..16, %.2f s\n", cases, secondsSince(t0));
+}
+
+TEST(Flat, OneExchangeFoldedInRankOrder) {
+  // Per chunk: one message to every other rank, then the inputs of ranks 0..n-1 in order,
+  // the own one folded locally; the last fold is the final step. No other traffic.
+  const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, "flat");
+  ASSERT_NE(algo, nullptr);
+  const int n = 5;
+  const size_t count = 10, chunk = 4;  // 3 chunks
+  for (bool inPlace : {false, true}) {
+    for (int r = 0; r < n; ++r) {
+      Schedule s;
+      ASSERT_TRUE(algo->generate(collArgs(CollKind::kAllReduce, r, n, count, chunk, 0, inPlace), {}, &s).ok());
+      ASSERT_EQ(s.lanes.size(), 1u);
+      std::vector<int> folded;  // the rank whose input each step of a chunk brings in
+      size_t sends = 0, finals = 0, chunks = 0;
+      for (const Step& st : s.lanes[0].steps) {
+        sends += st.prim == Prim::kSend;
+        finals += st.final ? st.count : 0;
+        if (st.prim == Prim::kSend || (st.prim == Prim::kCopy && st.dst.buf == kScratchBuf)) continue;
+        folded.push_back(primReceives(st.prim) ? st.recvPeer : r);
+        EXPECT_EQ(st.final, folded.size() == size_t(n)) << "rank " << r;
+        if (folded.size() == size_t(n)) {
+          EXPECT_EQ(folded, (std::vector<int>{0, 1, 2, 3, 4})) << "rank " << r;
+          folded.clear();
+          ++chunks;
+        }
+      }
+      EXPECT_EQ(chunks, 3u);
+      EXPECT_EQ(sends, 3u * (n - 1)) << "rank " << r;
+      EXPECT_EQ(finals, count) << "rank " << r;
+      // In place, ranks other than 0 stage their own chunk before the accumulator (their
+      // Output, i.e. their Input) is overwritten.
+      EXPECT_EQ(s.bufs.size(), inPlace && r != 0 ? 3u : 2u) << "rank " << r;
+    }
+  }
+}
+
+// The checker follows LocalReduce: an own input folded twice, or never, is caught.
+TEST(Flat, CheckerCatchesAWrongLocalFold) {
+  const int n = 3;
+  const size_t count = 4;
+  for (int mistake : {0, 1}) {
+    auto gen = [&](int r, Schedule* out) -> Status {
+      out->clear();
+      out->coll = CollKind::kAllReduce;
+      out->reduces = true;
+      out->bufs = {{BufRole::kInput, count}, {BufRole::kOutput, count}};
+      out->lanes.resize(1);
+      auto& steps = out->lanes[0].steps;
+      for (int d = 1; d < n; ++d) steps.push_back(sched::mkSend((r + d) % n, sched::inRef(0), count));
+      steps.push_back(r == 0 ? sched::mkCopy(sched::inRef(0), sched::outRef(0), count, false)
+                             : sched::mkRecv(0, sched::outRef(0), count));
+      for (int k = 1; k < n; ++k) {
+        const bool last = k == n - 1;
+        if (k != r) {
+          steps.push_back(
+              sched::mkStep(Prim::kRecvReduceCopy, k, -1, sched::outRef(0), sched::outRef(0), count, last));
+          continue;
+        }
+        if (mistake == 1) continue;  // rank k never folds its own input
+        steps.push_back(sched::mkStep(Prim::kLocalReduce, -1, -1, sched::inRef(0), sched::outRef(0), count, last));
+        if (mistake == 0 && r == 1)  // rank 1 folds its own input a second time
+          steps.push_back(sched::mkStep(Prim::kLocalReduce, -1, -1, sched::inRef(0), sched::outRef(0), count, false));
+      }
+      if (mistake == 1 && r == n - 1) steps.back().final = true;
+      return OkStatus();
+    };
+    const Status st = checkCollective(collArgs(CollKind::kAllReduce, 0, n, count, count), gen);
+    EXPECT_FALSE(st.ok()) << "mistake " << mistake;
+    std::printf("mistake %d: %s\n", mistake, st.message().c_str());
   }
 }
 

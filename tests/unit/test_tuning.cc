@@ -126,8 +126,8 @@ TEST(CostModel, ShapeFromHosts) {
 }
 
 // More ranks on a node than it has CPUs: every hop waits for a sender to be scheduled, so
-// small AllReduces favour the fewest dependent hops (rd) over the direct exchange, which
-// waits for n-1 senders per phase; with a CPU per rank nothing changes.
+// small AllReduces favour the fewest dependent exchanges (flat: one) over rd's log2(n)
+// and direct's two; with a CPU per rank only the latencies shrink.
 TEST(CostModel, OversubscribedNodesFavourFewerHops) {
   const uint64_t hosts[] = {5, 5, 5, 5, 5, 5, 5, 5, 6, 6};
   const int twoCpus[] = {2, 2, 2, 2, 2, 2, 2, 2, 64, 64};
@@ -142,11 +142,20 @@ TEST(CostModel, OversubscribedNodesFavourFewerHops) {
   const Tuner ample = makeTuner(sh, 128 << 10, p, parseOverrides("", "", &w));
   sh.oversub = 4.0;
   const Tuner crowded = makeTuner(sh, 128 << 10, p, parseOverrides("", "", &w));
-  EXPECT_STREQ(select(ample, CollKind::kAllReduce, 64).algo->name, "direct");
-  EXPECT_STREQ(select(crowded, CollKind::kAllReduce, 64).algo->name, "rd");
+  // One exchange wins small messages whether or not the node is crowded; crowded, the
+  // flat AllReduce's one exchange costs two latencies, still below rd's three.
+  EXPECT_STREQ(select(ample, CollKind::kAllReduce, 64).algo->name, "flat");
+  EXPECT_STREQ(select(crowded, CollKind::kAllReduce, 64).algo->name, "flat");
+  EXPECT_NEAR(predictUs("flat", CollKind::kAllReduce, sh, 64, 128 << 10, p) /
+                  predictUs("rd", CollKind::kAllReduce, sh, 64, 128 << 10, p),
+              2.0 / 3.0, 0.02);
+  // flat sends n-1 copies: by 64 KiB a two-exchange or log2(n)-round algorithm is cheaper.
+  EXPECT_STRNE(select(crowded, CollKind::kAllReduce, 64 << 10).algo->name, "flat");
   EXPECT_STREQ(select(crowded, CollKind::kAllReduce, size_t(64) << 20).algo->name, "ring");
+  // flat applies inside one node only (n-1 copies each way over the network).
+  EXPECT_LT(predictUs("flat", CollKind::kAllReduce, evenShape(8, 2, LinkClass::kShm), 64, 128 << 10, p), 0);
   // Oversubscription only ever makes a prediction slower.
-  for (const char* a : {"ring", "tree", "direct", "rd"})
+  for (const char* a : {"ring", "tree", "direct", "rd", "flat"})
     EXPECT_GT(predictUs(a, CollKind::kAllReduce, sh, 4096, 128 << 10, p),
               predictUs(a, CollKind::kAllReduce, evenShape(8, 1, LinkClass::kShm), 4096, 128 << 10, p))
         << a;

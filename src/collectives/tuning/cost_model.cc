@@ -233,9 +233,11 @@ double directAllReduce(const Ctx& x) {
     return k.count * (l.latUs + step(l, k.bytes));
   }
   const Chunks k = chunksOf(double(x.bytes) / n, x.chunk);
-  // Oversubscribed, the n-1 senders a phase waits for take turns on the cores: a latency
-  // each, not one for all.
-  const double hops = x.sh.oversub > 1.0 ? 2.0 * (n - 1) : 2.0;
+  // Two exchanges, each costing what the flat AllReduce's one does on an oversubscribed
+  // node (every rank scheduled to send, then to receive): measured 16-22 us at 4 processes
+  // on 2 CPUs and 53-87 us at 8 (2026-11-30 21:05 UTC, 8 B to 2 KiB), against the 2(n-1)
+  // latencies (one per sender) this used to charge, 308 us at 8.
+  const double hops = 2.0 * std::max(1.0, x.sh.oversub / 2.0);
   return k.count * (hops * l.latUs + 4.0 * (n - 1) * step(l, k.bytes));
 }
 
@@ -260,6 +262,22 @@ double rdAllReduce(const Ctx& x) {
   for (int r = 0; r < lg; ++r) t += round(x.sh.nnodes > 1 && (1 << r) >= L ? x.sh.inter : x.sh.intra);
   if (p != n) t += 2.0 * round(x.sh.worst());
   return t;
+}
+
+// Flat AllReduce (direct/allreduce_flat.cc; one node): per chunk every rank sends it to
+// the n-1 others and folds the n-1 it receives: one latency and 2(n-1) steps. On a node
+// with more ranks than CPUs the one exchange still needs every rank scheduled twice (to
+// send, then to fold): measured 4 and 8 processes on 2 CPUs (2026-11-30 21:05 UTC, 8 B
+// to 2 KiB, medians of 3), 11-13 us and 40-50 us, one latency at 2 ranks per CPU and
+// two at 4; recursive doubling took 19-20 and 71-85 us there (its log2(n) latencies).
+double flatAllReduce(const Ctx& x) {
+  const int n = x.sh.nranks;
+  if (x.sh.nnodes > 1) return -1;
+  if (n == 1) return step(x.p.of(LinkClass::kLocal), double(x.bytes));
+  const LinkParams& l = x.p.of(x.sh.worst());
+  const Chunks k = chunksOf(double(x.bytes), x.chunk);
+  const double hops = std::max(1.0, x.sh.oversub / 2.0);
+  return k.count * (hops * l.latUs + 2.0 * (n - 1) * step(l, k.bytes));
 }
 
 // p2p AlltoAll: every rank sends and receives n-1 blocks of B bytes, independently.
@@ -298,6 +316,7 @@ constexpr Formula kFormulas[] = {
     {"hier", CollKind::kAllReduce, hierAllReduce},
     {"direct", CollKind::kAllReduce, directAllReduce},
     {"rd", CollKind::kAllReduce, rdAllReduce},
+    {"flat", CollKind::kAllReduce, flatAllReduce},
     {"p2p", CollKind::kAlltoAll, p2pAlltoAll},
     {"p2p", CollKind::kGather, p2pRooted},
     {"p2p", CollKind::kScatter, p2pRooted},

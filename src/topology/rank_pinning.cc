@@ -1,0 +1,29 @@
+// Placement of oversubscribed ranks on CPUs (see rank_pinning.h).
+#include "topology/rank_pinning.h"
+
+#include <sched.h>
+
+namespace snccl::topo {
+
+int pinnedCpuFor(int localRank, int localRanks, std::span<const int> allowed) {
+  const int n = static_cast<int>(allowed.size());
+  if (n < 2 || localRanks <= n || localRank < 0) return -1;
+  int p = 1, k = 0;  // CPUs used: p = 2^k, the largest power of two <= n
+  while (p * 2 <= n) p *= 2, ++k;
+  int code = 0;
+  for (int bit = 0; (localRank >> bit) != 0; ++bit)
+    if ((localRank >> bit) & 1) code ^= bit < k ? 1 << bit : 1 + (bit - k) % (p - 1);
+  return allowed[static_cast<size_t>(code % p)];
+}
+
+std::vector<int> currentThreadCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+}  // namespace snccl::topo
