@@ -346,14 +346,18 @@ Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclCo
 }
 
 void commPlaceThread(ncclComm* comm) {
+  // A thread that gets a recycled id of a placed one is not placed: harmless (no pin).
   const std::thread::id self = std::this_thread::get_id();
   if (comm->placedThread.load(std::memory_order_relaxed) == self) return;
   comm->placedThread.store(self, std::memory_order_relaxed);
   if (params::getInt(params::Id::PinRanks) == 0) return;
-  // The thread's own mask, not the machine's: a launcher that bound ranks to a few CPUs
-  // is obeyed, and a thread that may use one CPU only (bound by the user, or pinned here
-  // for another communicator) is left where it is.
+  // Only a thread that may run on every online CPU: one a launcher or the user bound
+  // (to one CPU, or to a share of the node per rank) is left where it is. The node is
+  // oversubscribed when it has more ranks than CPUs, as the cost model and the spin
+  // budget judge it.
   const std::vector<int> allowed = topo::currentThreadCpus();
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online < 2 || static_cast<long>(allowed.size()) != online) return;
   const int cpu = topo::pinnedCpuFor(comm->localRank, comm->localRanks, allowed);
   if (cpu < 0) return;
   Status st = topo::bindCurrentThread(std::span<const int>(&cpu, 1));

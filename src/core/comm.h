@@ -184,8 +184,8 @@ Status checkComm(ncclComm* comm, bool requireReady = true);
 // Records a fatal error on the communicator (first one wins) and poisons its connections.
 void commSetError(ncclComm* comm, const Status& status);
 
-// Called by the thread about to run `comm`'s operations: pins it per SNCCL_PIN_RANKS
-// (topology/rank_pinning.h) the first time it runs them. Costs one comparison after that.
+// Called by the thread about to run `comm`'s operations: pins it when SNCCL_PIN_RANKS=1
+// asks (topology/rank_pinning.h), the first time it runs them. One comparison after that.
 void commPlaceThread(ncclComm* comm);
 
 // Ensures the send connections `sends` and the receive connections `recvs` exist

@@ -2,8 +2,10 @@
 // InitRankScalable, Split, Shrink, Finalize/Destroy, and host streams (ordering, overlap,
 // two streams on two communicators, asynchronous errors).
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <set>
 
 #include "mp/mp_util.h"
 
@@ -87,38 +89,46 @@ std::vector<int> threadCpus() {
   return cpus;
 }
 
-// More ranks on a node than CPUs: 4 rank threads, each allowed the same 2 CPUs. The thread
-// that runs a rank's operations ends pinned to one CPU, recursive-doubling partners apart
-// (SNCCL_PIN_RANKS, topology/rank_pinning.h): ranks 0 and 3 on the first, 1 and 2 on the
-// second. Its ctest twin runs with SNCCL_PIN_RANKS=0, where every mask stays as it was.
+// More ranks on a node than CPUs: online CPUs + 1 rank threads (4 on 2 CPUs), unbound.
+// With SNCCL_PIN_RANKS=1 (the ctest twin test_api_pin_on) the thread that runs a rank's
+// operations ends pinned to one CPU, on 2 CPUs recursive-doubling partners apart: ranks 0
+// and 3 on the first, 1 and 2 on the second (topology/rank_pinning.h). By default (off)
+// every mask stays as it was.
 TEST(Comms, OversubscribedRanksArePinned) {
   const std::vector<int> cpus = threadCpus();
-  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs to pin ranks to, this thread may use " << cpus.size();
-  const int c0 = cpus[0], c1 = cpus[1];
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online < 2 || online > 7 || long(cpus.size()) != online)
+    GTEST_SKIP() << "needs 2-7 online CPUs, all usable by this thread (" << online << " online, " << cpus.size()
+                 << " usable): the test runs one rank more than CPUs";
   const char* env = std::getenv("SNCCL_PIN_RANKS");
-  const bool off = env != nullptr && std::string(env) == "0";
-  const int n = 4;
+  const bool on = env != nullptr && std::string(env) == "1";
+  const int n = online == 2 ? 4 : int(online) + 1;
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   std::vector<ncclComm_t> comms(n, nullptr);
   std::vector<std::vector<int>> before(n), after(n);
   mp::parallel(n, [&](int rank) {
-    cpu_set_t two;
-    CPU_ZERO(&two);
-    CPU_SET(c0, &two);
-    CPU_SET(c1, &two);
-    ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);
     ASSERT_EQ(ncclCommInitRank(&comms[rank], n, id, rank), ncclSuccess) << lastError();
     before[rank] = threadCpus();  // init alone moves nothing: the thread running operations is placed
     mp::allreduceCheck(comms[rank], rank + 1, n * (n + 1) / 2);
     mp::allreduceCheck(comms[rank], rank + 1, n * (n + 1) / 2, 3, nullptr, "second call");
     after[rank] = threadCpus();
   });
-  const int placed[] = {c0, c1, c1, c0};
+  std::vector<int> used;
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(before[r], (std::vector<int>{c0, c1})) << "rank " << r;
-    const std::vector<int> want = off ? std::vector<int>{c0, c1} : std::vector<int>{placed[r]};
-    EXPECT_EQ(after[r], want) << "rank " << r;
+    EXPECT_EQ(before[r], cpus) << "rank " << r;
+    if (!on) {
+      EXPECT_EQ(after[r], cpus) << "rank " << r << " was moved with pinning off";
+      continue;
+    }
+    ASSERT_EQ(after[r].size(), 1u) << "rank " << r << " is not pinned to one CPU";
+    used.push_back(after[r][0]);
+  }
+  if (on) {
+    if (online == 2) {
+      EXPECT_EQ(used, (std::vector<int>{cpus[0], cpus[1], cpus[1], cpus[0]}));
+    }
+    EXPECT_EQ(std::set<int>(used.begin(), used.end()).size(), size_t(online)) << "a CPU got no rank";
   }
   for (ncclComm_t c : comms)
     if (c) {

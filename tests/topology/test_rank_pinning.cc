@@ -1,5 +1,5 @@
 // Placement of an oversubscribed node's ranks (topology/rank_pinning.h): when it applies,
-// that recursive-doubling partners never share a CPU, and that the CPUs fill evenly.
+// that recursive-doubling partners never share a CPU on 2^k CPUs, and that every CPU gets ranks.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -27,27 +27,40 @@ TEST(RankPinning, TwoCpusByParityOfSetBits) {
 }
 
 TEST(RankPinning, PartnersApartAndCpusEven) {
-  for (int ncpus : {2, 3, 4, 6, 8, 16}) {
+  for (int ncpus : {2, 4, 8, 16}) {
     std::vector<int> cpus;
     for (int c = 0; c < ncpus; ++c) cpus.push_back(10 + 2 * c);
-    int used = 1;  // CPUs the placement uses: ncpus rounded down to a power of two
-    while (used * 2 <= ncpus) used *= 2;
     for (int ranks : {ncpus + 1, 2 * ncpus, 64}) {
       std::map<int, int> load;
       for (int r = 0; r < ranks; ++r) {
         const int c = pinnedCpuFor(r, ranks, cpus);
         ASSERT_GE(c, 10) << ncpus << " CPUs, rank " << r;
-        ASSERT_LT(c, 10 + 2 * used) << ncpus << " CPUs, rank " << r;
+        ASSERT_LT(c, 10 + 2 * ncpus) << ncpus << " CPUs, rank " << r;
+        ASSERT_EQ(c % 2, 0) << "not one of the given CPUs";
         ++load[c];
         for (int bit = 1; bit < ranks; bit <<= 1) {
           if ((r ^ bit) >= ranks) continue;
           EXPECT_NE(c, pinnedCpuFor(r ^ bit, ranks, cpus)) << ncpus << " CPUs: ranks " << r << " and " << (r ^ bit);
         }
       }
-      if ((ranks & (ranks - 1)) == 0 && ranks >= used) {  // a power of two: exactly even
-        EXPECT_EQ(load.size(), size_t(used));
-        for (const auto& [cpu, k] : load) EXPECT_EQ(k, ranks / used) << ncpus << " CPUs, CPU " << cpu;
+      if ((ranks & (ranks - 1)) == 0) {  // a power of two: exactly even
+        EXPECT_EQ(load.size(), size_t(ncpus));
+        for (const auto& [cpu, k] : load) EXPECT_EQ(k, ranks / ncpus) << ncpus << " CPUs, CPU " << cpu;
       }
+    }
+  }
+}
+
+TEST(RankPinning, OtherCpuCountsUseEveryCpu) {
+  // 3, 6 or 12 CPUs: round robin, so no CPU idles while others carry several ranks.
+  for (int ncpus : {3, 6, 12}) {
+    std::vector<int> cpus;
+    for (int c = 0; c < ncpus; ++c) cpus.push_back(c);
+    for (int ranks : {ncpus + 1, 2 * ncpus + 1}) {
+      std::map<int, int> load;
+      for (int r = 0; r < ranks; ++r) ++load[pinnedCpuFor(r, ranks, cpus)];
+      EXPECT_EQ(load.size(), size_t(ncpus)) << ncpus << " CPUs, " << ranks << " ranks";
+      for (const auto& [cpu, k] : load) EXPECT_LE(k, ranks / ncpus + 1) << ncpus << " CPUs, CPU " << cpu;
     }
   }
 }
