@@ -267,15 +267,16 @@ TEST(Rd, FollowsTheRingOrder) {
   }
 }
 
-// ---- direct: every rank exchanges with every other rank.
-
-TEST(Direct, OneToEightRanks) {
-  const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, "direct");
-  ASSERT_NE(algo, nullptr);
-  EXPECT_EQ(algo->maxRanks, 8);
+// Every rank count 1..maxN of `name` through the checker: counts 0-1001, chunks of 1, 4
+// and 64 elements, 1, 2 and 8 slots, in and out of place (above 8 ranks, 2 slots and
+// chunks of 4 and 64 only). The direct and flat generators talk to every rank, so their
+// cost grows with n^2; this grid stays within seconds.
+void checkEveryPairGrid(const char* name, int maxN) {
+  const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, name);
+  ASSERT_NE(algo, nullptr) << name;
   const auto t0 = std::chrono::steady_clock::now();
   size_t cases = 0;
-  for (int n = 1; n <= 12; ++n) {  // beyond maxRanks too: the generator is correct at any n
+  for (int n = 1; n <= maxN; ++n) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{13}, size_t{1001}}) {
       for (size_t chunk : {size_t{1}, size_t{4}, size_t{64}}) {
         for (int slots : {1, 2, 8}) {
@@ -283,14 +284,23 @@ TEST(Direct, OneToEightRanks) {
             if (n > 8 && (slots != 2 || chunk == 1)) continue;
             const Shape s{count, chunk, slots, inPlace};
             Status st = checkShape(*algo, n, s);
-            ASSERT_TRUE(st.ok()) << "direct " << describe(n, s) << ": " << st.message();
+            ASSERT_TRUE(st.ok()) << name << " " << describe(n, s) << ": " << st.message();
             ++cases;
           }
         }
       }
     }
   }
-  std::printf("direct AllReduce: %zu cases, n = 1..12, %.2f s\n", cases, secondsSince(t0));
+  std::printf("%s AllReduce: %zu cases, n = 1..%d, %.2f s\n", name, cases, maxN, secondsSince(t0));
+}
+
+// ---- direct: every rank exchanges with every other rank.
+
+TEST(Direct, OneToEightRanks) {
+  const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, "direct");
+  ASSERT_NE(algo, nullptr);
+  EXPECT_EQ(algo->maxRanks, 8);
+  checkEveryPairGrid("direct", 12);  // beyond maxRanks too: the generator is correct at any n
 }
 
 TEST(Direct, TwoRanksStayOneExchange) {
@@ -345,24 +355,7 @@ TEST(Flat, OneToSixteenRanks) {
   const AlgorithmDef* algo = findAlgorithm(CollKind::kAllReduce, "flat");
   ASSERT_NE(algo, nullptr);
   EXPECT_EQ(algo->maxRanks, 16);
-  const auto t0 = std::chrono::steady_clock::now();
-  size_t cases = 0;
-  for (int n = 1; n <= 16; ++n) {
-    for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{13}, size_t{1001}}) {
-      for (size_t chunk : {size_t{1}, size_t{4}, size_t{64}}) {
-        for (int slots : {1, 2, 8}) {
-          for (bool inPlace : {false, true}) {
-            if (n > 8 && (slots != 2 || chunk == 1)) continue;
-            const Shape s{count, chunk, slots, inPlace};
-            Status st = checkShape(*algo, n, s);
-            ASSERT_TRUE(st.ok()) << "flat " << describe(n, s) << ": " << st.message();
-            ++cases;
-          }
-        }
-      }
-    }
-  }
-  std::printf("flat AllReduce: %zu cases, n = 1..16, %.2f s\n", cases, secondsSince(t0));
+  checkEveryPairGrid("flat", 16);
 }
 
 TEST(Flat, OneExchangeFoldedInRankOrder) {

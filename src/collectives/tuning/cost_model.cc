@@ -215,6 +215,12 @@ double hierAllReduce(const Ctx& x) {
   return t;
 }
 
+// Latencies one all-to-all exchange costs (every rank waits for every other; flat has one,
+// direct two): one, but on a node with more ranks than CPUs every rank must be scheduled
+// twice (to send, then to fold), measured as one latency at 2 ranks per CPU and two at 4
+// (flatAllReduce below).
+double exchangeLatencies(const CommShape& sh) { return std::max(1.0, sh.oversub / 2.0); }
+
 // Direct AllReduce (direct/allreduce.cc; registered for at most 8 ranks; modelled inside
 // one node, or 2 ranks anywhere). 2 ranks: each sends its whole input to the other and
 // reduces: one latency and one step's copy per chunk (perf/calibrate measures the 2-rank
@@ -237,7 +243,7 @@ double directAllReduce(const Ctx& x) {
   // node (every rank scheduled to send, then to receive): measured 16-22 us at 4 processes
   // on 2 CPUs and 53-87 us at 8 (2026-11-30 21:05 UTC, 8 B to 2 KiB), against the 2(n-1)
   // latencies (one per sender) this used to charge, 308 us at 8.
-  const double hops = 2.0 * std::max(1.0, x.sh.oversub / 2.0);
+  const double hops = 2.0 * exchangeLatencies(x.sh);
   return k.count * (hops * l.latUs + 4.0 * (n - 1) * step(l, k.bytes));
 }
 
@@ -276,8 +282,7 @@ double flatAllReduce(const Ctx& x) {
   if (n == 1) return step(x.p.of(LinkClass::kLocal), double(x.bytes));
   const LinkParams& l = x.p.of(x.sh.worst());
   const Chunks k = chunksOf(double(x.bytes), x.chunk);
-  const double hops = std::max(1.0, x.sh.oversub / 2.0);
-  return k.count * (hops * l.latUs + 2.0 * (n - 1) * step(l, k.bytes));
+  return k.count * (exchangeLatencies(x.sh) * l.latUs + 2.0 * (n - 1) * step(l, k.bytes));
 }
 
 // p2p AlltoAll: every rank sends and receives n-1 blocks of B bytes, independently.
