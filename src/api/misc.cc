@@ -11,54 +11,23 @@
 #include "api/export.h"
 #include "collectives/kernels/reduce.h"
 #include "core/comm.h"
+#include "core/mem_blocks.h"
 
 using namespace snccl;
 
-namespace {
-
-// The live ncclMemAlloc blocks (user pointer -> mapping size), so that ncclMemFree can
-// reject a pointer it did not hand out, or one freed already, instead of unmapping
-// someone else's memory. This allocator's registry is its only process-wide state.
-struct AllocRegistry {
-  std::mutex mutex;
-  std::unordered_map<void*, size_t> blocks;
-};
-AllocRegistry& allocRegistry() {
-  static AllocRegistry r;
-  return r;
-}
-}  // namespace
-
-// Host memory: page-aligned and prefaulted (page faults cost ~13 us each on our VMs).
+// Host memory: page-aligned, prefaulted, and mappable by the node's other processes
+// (core/mem_blocks.h), which is what lets an AllReduce read its peers' buffers directly.
 SNCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == nullptr || size == 0) return apiResult(InvalidArgument("ptr is NULL or size is 0"), "ncclMemAlloc");
-  size_t page = size_t(sysconf(_SC_PAGESIZE));
-  size_t bytes = page + (size + page - 1) / page * page;
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (base == MAP_FAILED) return apiResult(ErrnoError(errno, "mmap of %zu bytes failed", bytes), "ncclMemAlloc");
-  *ptr = static_cast<char*>(base) + page;
-  AllocRegistry& reg = allocRegistry();
-  std::lock_guard<std::mutex> lock(reg.mutex);
-  reg.blocks[*ptr] = bytes;
+  Result<void*> p = memblocks::allocate(size);
+  if (!p.ok()) return apiResult(p.status(), "ncclMemAlloc");
+  *ptr = p.value();
   return ncclSuccess;
 }
 
 SNCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
-  size_t bytes = 0;
-  {
-    AllocRegistry& reg = allocRegistry();
-    std::lock_guard<std::mutex> lock(reg.mutex);
-    auto it = reg.blocks.find(ptr);
-    if (it == reg.blocks.end())
-      return apiResult(InvalidArgument("%p was not returned by ncclMemAlloc (or was freed already)", ptr),
-                       "ncclMemFree");
-    bytes = it->second;
-    reg.blocks.erase(it);
-  }
-  size_t page = size_t(sysconf(_SC_PAGESIZE));
-  munmap(static_cast<char*>(ptr) - page, bytes);
-  return ncclSuccess;
+  return apiResult(memblocks::release(ptr), "ncclMemFree");
 }
 
 // Host buffers need no registration for the shm and local transports; the handle

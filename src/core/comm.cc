@@ -61,6 +61,14 @@ Status finishInit(ncclComm* comm) {
   // Each rank's node, for the hierarchical algorithms (same on every rank: from the table).
   comm->plan.hosts.clear();
   for (const PeerInfo& p : comm->peers) comm->plan.hosts.push_back(p.hostHash);
+  comm->mappable = true;
+  for (const PeerInfo& p : comm->peers) {
+    const PeerInfo& me = comm->peers[comm->rank];
+    bool sameProcess = p.processToken == me.processToken;
+    if (p.hostHash != me.hostHash || (!sameProcess && (p.pidNs == 0 || p.pidNs != me.pidNs)))
+      comm->mappable = false;
+  }
+  comm->singleCopyBytes = size_t(std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes)));
   comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
   comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
   int64_t steps = params::getInt(params::Id::Steps);

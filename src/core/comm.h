@@ -21,6 +21,7 @@
 #include "collectives/tuning/selector.h"
 #include "common/status.h"
 #include "core/bootstrap.h"
+#include "core/peer_buffers.h"
 #include "core/scratch_pool.h"
 #include "snccl/nccl.h"
 #include "transport/connection.h"
@@ -118,6 +119,15 @@ struct ncclComm {
   size_t connIndex(snccl::ConnKey k) const { return size_t(k.channel) * size_t(nranks) + size_t(k.peer); }
   uint32_t nsteps = 8;
   uint32_t slotBytes = 0;
+  // Single-copy AllReduce (core/mapped_allreduce.cc): every rank is on this node and can
+  // name the others' processes (one PID namespace, or one process), so that it may map
+  // their buffers; AllReduces of at least singleCopyBytes (0: never) try it. Same on
+  // every rank (from the peers' table and SNCCL_SINGLE_COPY_BYTES, which must match).
+  bool mappable = false;
+  size_t singleCopyBytes = 0;
+  bool mappedConnected = false;  // channel 0 to and from every peer exists
+  int mappedVerdict = -1;        // the last one (1 single copy, 0 rings), logged on change
+  snccl::PeerBuffers peerBuffers;
   int64_t timeoutNs = 0;  // 0: no limit
   int64_t spinUs = 0;
   int64_t yieldUs = 0;  // see yieldBudgetUs()

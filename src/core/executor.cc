@@ -56,13 +56,23 @@ void CommRunner::reset(size_t nops, uint64_t ticket) {
 }
 
 bool CommRunner::needsConnect() const {
-  for (size_t i = 0; i < nops_; ++i)
+  for (size_t i = 0; i < nops_; ++i) {
     if (!ops_[i].prep->connected.load(std::memory_order_acquire)) return true;
+    if (ops_[i].mapped && !comm_->mappedConnected) return true;
+  }
   return false;
 }
 
 Status CommRunner::connect() {
   for (size_t i = 0; i < nops_; ++i) {
+    if (ops_[i].mapped && !comm_->mappedConnected) {
+      // The single-copy protocol talks to every peer on channel 0.
+      std::vector<ConnKey> all;
+      for (int p = 0; p < comm_->nranks; ++p)
+        if (p != comm_->rank) all.push_back({p, 0});
+      SNCCL_TRY(commConnect(comm_, all, all));
+      comm_->mappedConnected = true;
+    }
     const PreparedSchedule& p = *ops_[i].prep;
     if (p.connected.load(std::memory_order_acquire)) continue;
     SNCCL_TRY(commConnect(comm_, p.sends, p.recvs));
@@ -145,9 +155,21 @@ Result<bool> CommRunner::progress() {
       opStartNs_ = Backoff::nowNs();
       started_ = true;
       claimsMade_ = false;
+      mapped_ = MappedState{};
+      mapped_.fallback = !op.mapped;
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
+    if (!mapped_.fallback) {
+      Result<bool> r = progressMapped(op);
+      if (!r.ok()) return r.status();
+      if (!r.value()) return false;
+      if (!mapped_.fallback) {
+        ++opIndex_;
+        started_ = false;
+        continue;
+      }
+    }
     bool allDone = true;
     for (size_t l = 0; l < op.sched->lanes.size(); ++l) {
       const std::vector<Step>& steps = op.sched->lanes[l].steps;

@@ -39,6 +39,9 @@ struct ExecOp {
   size_t elemSize = 4;
   kernels::RedOpSpec op;
   uint64_t sig = 0;  // operation signature carried by every message (0: p2p, unchecked)
+  // An AllReduce that first tries the single-copy protocol (core/mapped_allreduce.cc);
+  // the same on every rank. Its lanes run only when some rank cannot map a peer's buffers.
+  bool mapped = false;
   // The collective request `prep` was chosen for (before the selector set its chunk
   // size), so that an ExecOp reused for the same call again skips selection and the
   // schedule cache's lock. requestElemSize 0: none yet.
@@ -86,6 +89,14 @@ class CommRunner {
 
  private:
   Result<bool> tryStep(ExecOp& op, const Step& st);
+  // The single-copy AllReduce (mapped_allreduce.cc): true once the op is complete, or
+  // once the ranks agreed to fall back to its lanes (mapped_.fallback).
+  Result<bool> progressMapped(ExecOp& op);
+  template <typename Fill>
+  bool mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill);
+  template <typename Take>
+  Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
+  Status foldOwnBlock(const ExecOp& op);
   Status checkBlocked();
   void claimDriven(const ExecOp& op);
 
@@ -103,6 +114,16 @@ class CommRunner {
   bool blockedSender_ = false;
   int64_t lastLivenessCheckNs_ = 0;
   std::vector<Connection*> driven_;  // claimed net rings; only this runner's thread drives them
+  struct MappedState {
+    int phase = 0;     // MappedPhase (mapped_allreduce.cc)
+    int next = 1;      // the next peer distance (1 .. nranks-1) within the phase
+    bool ok = true;    // this rank could map every peer's buffers; then: every rank could
+    bool fallback = false;
+    bool folded = false;
+    std::string why;  // the first peer buffer this rank could not map
+    std::vector<const char*> in, out;  // each rank's input and output, as seen here
+  } mapped_;
+  std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
   bool claimsMade_ = false;          // the current op's rings are in driven_
 };
 

@@ -12,9 +12,15 @@
 #include <fstream>
 #include <regex>
 
+#include "mp/helper_run.h"
 #include "mp/mp_util.h"
 
 namespace {
+
+using mp::dump;
+using mp::HelperRun;
+using mp::runHelper;
+using mp::TempDir;
 
 constexpr const char* kHelperVar = "SNCCL_MP_LOG_HELPER";
 
@@ -36,65 +42,6 @@ int helperMain() {
   return failures == 0 ? 0 : 3;
 }
 
-struct HelperRun {
-  int rc = -1;
-  pid_t pid = 0;
-  std::vector<std::string> files;  // names in the log directory
-  std::vector<std::string> lines;  // of all files
-};
-
-HelperRun runHelper(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& env) {
-  HelperRun run;
-  std::fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (const char* v : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SNCCL_DEBUG", "SNCCL_DEBUG_SUBSYS",
-                          "SNCCL_DEBUG_FILE"})
-      unsetenv(v);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    setenv(kHelperVar, "1", 1);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1);  // stdout output (no NCCL_DEBUG_FILE) is not ours to check here
-    execl("/proc/self/exe", "test_logging_helper", (char*)nullptr);
-    _exit(127);
-  }
-  run.pid = pid;
-  double deadline = mp::nowSec() + 60;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (mp::nowSec() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "helper hung";
-      break;
-    }
-    usleep(2000);
-  }
-  run.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      run.files.push_back(e->d_name);
-      std::ifstream f(dir + "/" + e->d_name);
-      std::string line;
-      while (std::getline(f, line)) run.lines.push_back(line);
-    }
-    closedir(d);
-  }
-  return run;
-}
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/snccl-log-XXXXXX";
-    path = mkdtemp(tmpl) ? tmpl : "";
-  }
-  ~TempDir() {
-    if (!path.empty()) (void)!std::system(("rm -rf '" + path + "'").c_str());
-  }
-};
-
 std::string shortHost() {
   char h[256] = {};
   gethostname(h, sizeof h - 1);
@@ -102,16 +49,11 @@ std::string shortHost() {
   return h;
 }
 
-std::string dump(const HelperRun& run) {
-  std::string s;
-  for (size_t i = 0; i < run.lines.size() && i < 60; ++i) s += "  | " + run.lines[i] + "\n";
-  return s;
-}
 
 TEST(Logging, InfoAndWarnHaveNcclsShape) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
-  HelperRun run = runHelper(dir.path, {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", dir.path + "/nccl.%h.%p.log"}});
+  HelperRun run = runHelper(kHelperVar, dir.path, {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", dir.path + "/nccl.%h.%p.log"}});
   ASSERT_EQ(run.rc, 0);
   ASSERT_EQ(run.files.size(), 1u);
   EXPECT_EQ(run.files[0], "nccl." + shortHost() + "." + std::to_string(run.pid) + ".log") << "%h and %p expansion";
@@ -155,7 +97,7 @@ TEST(Logging, InfoAndWarnHaveNcclsShape) {
 TEST(Logging, WarnLevelPrintsOnlyWarnings) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
-  HelperRun run = runHelper(dir.path, {{"NCCL_DEBUG", "WARN"}, {"NCCL_DEBUG_FILE", dir.path + "/w.%p"}});
+  HelperRun run = runHelper(kHelperVar, dir.path, {{"NCCL_DEBUG", "WARN"}, {"NCCL_DEBUG_FILE", dir.path + "/w.%p"}});
   ASSERT_EQ(run.rc, 0);
   int warns = 0;
   for (const std::string& l : run.lines) {
@@ -168,7 +110,7 @@ TEST(Logging, WarnLevelPrintsOnlyWarnings) {
 TEST(Logging, SubsystemMaskFiltersInfo) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
-  HelperRun run = runHelper(dir.path, {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "^INIT,BOOTSTRAP,ENV"},
+  HelperRun run = runHelper(kHelperVar, dir.path, {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "^INIT,BOOTSTRAP,ENV"},
                                  {"NCCL_DEBUG_FILE", dir.path + "/s.%p"}});
   ASSERT_EQ(run.rc, 0);
   int warns = 0;
@@ -182,7 +124,7 @@ TEST(Logging, SubsystemMaskFiltersInfo) {
 TEST(Logging, SilentWithoutNcclDebug) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
-  HelperRun run = runHelper(dir.path, {{"NCCL_DEBUG_FILE", dir.path + "/quiet.%p"}});
+  HelperRun run = runHelper(kHelperVar, dir.path, {{"NCCL_DEBUG_FILE", dir.path + "/quiet.%p"}});
   ASSERT_EQ(run.rc, 0);
   EXPECT_TRUE(run.lines.empty()) << dump(run);
 }
@@ -191,7 +133,7 @@ TEST(Logging, SilentWithoutNcclDebug) {
 TEST(Logging, SncclAliases) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
-  HelperRun run = runHelper(dir.path, {{"SNCCL_DEBUG", "INFO"}, {"SNCCL_DEBUG_FILE", dir.path + "/a.%p"}});
+  HelperRun run = runHelper(kHelperVar, dir.path, {{"SNCCL_DEBUG", "INFO"}, {"SNCCL_DEBUG_FILE", dir.path + "/a.%p"}});
   ASSERT_EQ(run.rc, 0);
   bool info = false;
   for (const std::string& l : run.lines) info |= l.find(" NCCL INFO ") != std::string::npos;

@@ -1,0 +1,299 @@
+// Single-copy AllReduce between the ranks of one node: each rank reads its peers' buffers
+// directly instead of passing the data through the connection rings.
+//
+// Through the rings, every byte is copied into a slot by its sender and out of it by its
+// receiver: about 4.5N bytes touched per rank for N of data. Reading the peers' memory
+// touches 2N, what the memory-bandwidth bound assumes: rank r folds block r of every
+// rank's input, in rank order, into its own output (x0 (+) x1 (+) ... as the flat
+// algorithm), then copies every other block from the rank that folded it. Each block is
+// folded once, so every rank ends with the same bits.
+//
+// A peer's buffers are readable when the ranks are threads of one process (any memory),
+// or when they come from ncclMemAlloc, whose blocks are memory files another process can
+// map (core/mem_blocks.h, core/peer_buffers.h). Whether that holds is only known per call,
+// so the op runs a short protocol of small messages on channel 0 of every pair, in rounds
+// that every rank runs (ExecOp::mapped is the same on every rank):
+//
+//   1. describe: each rank sends every peer where its input and output are;
+//   2. verdict:  each rank sends whether it could map all of them. Any "no" and every
+//                rank runs the op's ordinary lanes instead (the same decision everywhere,
+//                since every rank sees every verdict);
+//   3. done:     after folding its block; a peer's "done" means that peer has read this
+//                rank's input for good and its block of output is final;
+//   4. finished: after copying every peer's block. A rank returns (and its caller may
+//                reuse or free the buffers) only when every peer said "finished": nobody
+//                reads them any more.
+//
+// In place, rank r overwrites block j of its buffer (its input) only after rank j said
+// "done", i.e. after rank j no longer reads it.
+#include <emmintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/kernels/reduce.h"
+#include "common/log.h"
+#include "core/executor.h"
+#include "core/mem_blocks.h"
+#include "core/signature.h"
+
+namespace snccl {
+
+namespace {
+
+enum MappedPhase { kDescribe, kReadDescs, kVerdict, kReadVerdicts, kFold, kReadDone, kFinished, kReadFinished };
+
+// One rank's buffers as one peer must find them: addresses for a peer in the same
+// process, memory-file references for the others. Fits an inline message.
+struct Desc {
+  uint64_t inIno, inOff, outIno, outOff;  // ino 0 with fd -1: the offset is an address
+  int32_t inFd, outFd;                    // ino 0 with fd -2: not readable by that peer
+};
+static_assert(sizeof(Desc) <= kInlineBytes, "a description travels inline");
+
+constexpr int32_t kAddress = -1;
+constexpr int32_t kUnreadable = -2;
+
+struct Block {
+  size_t begin, end;  // elements
+};
+// Rank r's block: equal shares of whole 16-element groups, the remainder in the last.
+Block blockOf(size_t count, int nranks, int r) {
+  size_t per = ((count + size_t(nranks) - 1) / size_t(nranks) + 15) / 16 * 16;
+  size_t b = std::min(count, per * size_t(r));
+  return {b, std::min(count, b + per)};
+}
+
+// A copy whose destination is not read again soon: streaming stores skip reading each
+// destination line before overwriting it, a third of the traffic of a cached copy.
+void streamCopy(char* dst, const char* src, size_t bytes) {
+  size_t head = std::min(bytes, size_t((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16));
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  _mm_sfence();
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+
+bool sameProcess(const ncclComm* comm, int peer) {
+  return comm->peers[peer].processToken == comm->peers[comm->rank].processToken;
+}
+
+}  // namespace
+
+template <typename Fill>
+bool CommRunner::mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill) {
+  const int n = comm_->nranks;
+  for (; mapped_.next < n; ++mapped_.next) {
+    int peer = (comm_->rank + mapped_.next) % n;
+    Connection* c = comm_->sendConnOf({peer, 0}).get();
+    char* out = c->trySendSlot(bytes);
+    if (out == nullptr) {
+      blockedConn_ = c, blockedSender_ = true;
+      return false;
+    }
+    fill(peer, out);
+    c->post(bytes, op.sig);
+    moved_ = true;
+  }
+  mapped_.next = 1;
+  return true;
+}
+
+template <typename Take>
+Result<bool> CommRunner::mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take) {
+  const int n = comm_->nranks;
+  for (; mapped_.next < n; ++mapped_.next) {
+    int peer = (comm_->rank - mapped_.next + n) % n;
+    Connection* c = comm_->recvConnOf({peer, 0}).get();
+    uint32_t got = 0;
+    uint64_t sig = 0;
+    const char* in = c->tryRecvSlot(&got, &sig);
+    if (in == nullptr) {
+      blockedConn_ = c, blockedSender_ = false;
+      return false;
+    }
+    if (got != bytes || sig != op.sig) return mismatchError(comm_, op, peer, got, bytes, sig);
+    SNCCL_TRY(take(peer, in));
+    c->release();
+    moved_ = true;
+  }
+  mapped_.next = 1;
+  return true;
+}
+
+Status CommRunner::foldOwnBlock(const ExecOp& op) {
+  const int n = comm_->nranks;
+  const size_t es = op.elemSize;
+  const Block blk = blockOf(op.count, n, comm_->rank);
+  // Pieces small enough that a partial fold stays in cache between its passes.
+  const size_t piece = std::max<size_t>(1, (size_t(64) << 10) / es);
+  if (foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
+  char* tmp = foldTmp_.data();
+  char* dst = const_cast<char*>(mapped_.out[size_t(comm_->rank)]);  // this rank's own output
+  // Every input is a rank's own contribution: PreMulSum scales each once (scale = true);
+  // reduce() scales its second operand only, so the first is scaled by a copy.
+  const bool scalar = op.op.hasScalar;
+  for (size_t at = blk.begin; at < blk.end; at += piece) {
+    const size_t len = std::min(piece, blk.end - at);
+    const size_t off = at * es;
+    const char* acc = mapped_.in[0] + off;
+    if (scalar) {
+      kernels::copy(tmp, acc, len, op.dt, op.op, true, false);
+      acc = tmp;
+    }
+    // x0 (+) x1 (+) ... in rank order, in a piece that stays in cache; then one streaming
+    // write to the output (in place that is this rank's input: every operand of the piece
+    // has been read by then).
+    for (int j = 1; j < n; ++j) {
+      kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, j == n - 1);
+      acc = tmp;
+    }
+    streamCopy(dst + off, tmp, len * es);
+  }
+  return OkStatus();
+}
+
+Result<bool> CommRunner::progressMapped(ExecOp& op) {
+  MappedState& m = mapped_;
+  const int n = comm_->nranks;
+  const int me = comm_->rank;
+  const size_t es = op.elemSize;
+  const size_t bytes = op.count * es;
+  char* myIn = op.bufs[0];
+  char* myOut = op.bufs[0];
+  for (size_t i = 0; i < op.sched->bufs.size(); ++i) {
+    if (op.sched->bufs[i].role == BufRole::kInput) myIn = op.bufs[i];
+    if (op.sched->bufs[i].role == BufRole::kOutput) myOut = op.bufs[i];
+  }
+  for (;;) {
+    switch (m.phase) {
+      case kDescribe: {
+        if (m.in.empty()) {
+          m.in.assign(size_t(n), nullptr);
+          m.out.assign(size_t(n), nullptr);
+          m.in[size_t(me)] = myIn;
+          m.out[size_t(me)] = myOut;
+        }
+        const memblocks::FileRef in = memblocks::find(myIn, bytes);
+        const memblocks::FileRef out = memblocks::find(myOut, bytes);
+        auto fill = [&](int peer, char* slot) {
+          Desc d{};
+          if (sameProcess(comm_, peer)) {
+            d = Desc{0, uint64_t(reinterpret_cast<uintptr_t>(myIn)), 0, uint64_t(reinterpret_cast<uintptr_t>(myOut)),
+                     kAddress, kAddress};
+          } else {
+            d = Desc{in.ino, in.offset, out.ino, out.offset, in.ino != 0 ? in.fd : kUnreadable,
+                     out.ino != 0 ? out.fd : kUnreadable};
+          }
+          std::memcpy(slot, &d, sizeof d);
+        };
+        if (!mappedSendAll(op, sizeof(Desc), fill)) return false;
+        m.phase = kReadDescs;
+        break;
+      }
+      case kReadDescs: {
+        auto take = [&](int peer, const char* slot) -> Status {
+          Desc d;
+          std::memcpy(&d, slot, sizeof d);
+          auto resolve = [&](uint64_t ino, uint64_t off, int32_t fd) -> const char* {
+            if (fd == kAddress) return reinterpret_cast<const char*>(uintptr_t(off));
+            if (fd == kUnreadable) {
+              if (m.why.empty()) m.why = format("rank %d's buffers are not from ncclMemAlloc", peer);
+              return nullptr;
+            }
+            Result<const char*> r = comm_->peerBuffers.resolve(peer, comm_->peers[peer].pid,
+                                                              memblocks::FileRef{fd, ino, off}, bytes);
+            if (r.ok()) return r.value();
+            if (m.why.empty()) m.why = r.status().message();
+            return nullptr;
+          };
+          m.in[size_t(peer)] = resolve(d.inIno, d.inOff, d.inFd);
+          m.out[size_t(peer)] = resolve(d.outIno, d.outOff, d.outFd);
+          if (m.in[size_t(peer)] == nullptr || m.out[size_t(peer)] == nullptr) m.ok = false;
+          return OkStatus();
+        };
+        Result<bool> r = mappedRecvAll(op, sizeof(Desc), take);
+        if (!r.ok() || !r.value()) return r;
+        m.phase = kVerdict;
+        break;
+      }
+      case kVerdict: {
+        const uint64_t word = m.ok ? 1 : 0;
+        if (!mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); }))
+          return false;
+        m.phase = kReadVerdicts;
+        break;
+      }
+      case kReadVerdicts: {
+        auto take = [&](int, const char* slot) -> Status {
+          uint64_t word = 0;
+          std::memcpy(&word, slot, sizeof word);
+          if (word == 0) m.ok = false;
+          return OkStatus();
+        };
+        Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), take);
+        if (!r.ok() || !r.value()) return r;
+        const int verdict = m.ok ? 1 : 0;
+        if (comm_->mappedVerdict != verdict) {  // logged when it changes, not per call
+          comm_->mappedVerdict = verdict;
+          if (m.ok)
+            SN_INFO(log::kColl, "AllReduce #%llu: single copy: every rank reads its peers' buffers directly (%zu bytes)",
+                    (unsigned long long)op.seq, bytes);
+          else
+            SN_INFO(log::kColl, "AllReduce #%llu: through the rings: %s", (unsigned long long)op.seq,
+                    m.why.empty() ? "a peer cannot map this rank's buffers" : m.why.c_str());
+        }
+        if (!m.ok) {
+          m.fallback = true;  // every rank saw the same verdicts
+          return true;
+        }
+        m.phase = kFold;
+        break;
+      }
+      case kFold: {
+        if (!m.folded) SNCCL_TRY(foldOwnBlock(op));  // once: before the first "done" goes
+        m.folded = true;
+        const uint64_t word = 1;
+        if (!mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); }))
+          return false;
+        m.phase = kReadDone;
+        break;
+      }
+      case kReadDone: {
+        auto take = [&](int peer, const char*) -> Status {
+          const Block b = blockOf(op.count, n, peer);
+          if (b.end > b.begin) streamCopy(myOut + b.begin * es, m.out[size_t(peer)] + b.begin * es, (b.end - b.begin) * es);
+          return OkStatus();
+        };
+        Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), take);
+        if (!r.ok() || !r.value()) return r;
+        m.phase = kFinished;
+        break;
+      }
+      case kFinished: {
+        const uint64_t word = 2;
+        if (!mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); }))
+          return false;
+        m.phase = kReadFinished;
+        break;
+      }
+      case kReadFinished: {
+        Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), [](int, const char*) { return OkStatus(); });
+        if (!r.ok() || !r.value()) return r;
+        return true;
+      }
+    }
+  }
+}
+
+}  // namespace snccl

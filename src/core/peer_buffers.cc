@@ -1,0 +1,65 @@
+// Peer block mappings: open through /proc, check the inode, map, cache, evict.
+#include "core/peer_buffers.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+namespace snccl {
+
+PeerBuffers::~PeerBuffers() {
+  for (const Entry& e : entries_) munmap(e.base, e.bytes);
+}
+
+Result<const char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef& ref, size_t bytes) {
+  if (ref.ino == 0) return InvalidUsage("rank %d's buffer was not allocated with ncclMemAlloc", peer);
+  ++clock_;
+  for (Entry& e : entries_)
+    if (e.peer == peer && e.ino == ref.ino) {
+      // The owner's block only grows by being freed and replaced (a new inode): a range
+      // past its end is a protocol error, never to be read.
+      if (ref.offset > e.bytes || bytes > e.bytes - ref.offset)
+        return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
+                             (unsigned long long)ref.offset, e.bytes);
+      e.lastUse = clock_;
+      return static_cast<const char*>(e.base + ref.offset);
+    }
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/fd/%d", int(pid), int(ref.fd));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open rank %d's memory file %s", peer, path);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || uint64_t(st.st_ino) != ref.ino) {
+    close(fd);
+    return SystemError("%s is no longer rank %d's buffer (inode %llu, expected %llu)", path, peer,
+                       (unsigned long long)st.st_ino, (unsigned long long)ref.ino);
+  }
+  const size_t size = size_t(st.st_size);
+  if (ref.offset > size || bytes > size - ref.offset) {
+    close(fd);
+    return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
+                         (unsigned long long)ref.offset, size);
+  }
+  // Populated: the pages exist already (the owner prefaulted them); mapping them now costs
+  // far less than a fault per page during the first reduction.
+  void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) return ErrnoError(err, "cannot map rank %d's memory file %s (%zu bytes)", peer, path, size);
+  if (std::count_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.peer == peer; }) >= kPerPeer) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->peer == peer && (oldest == entries_.end() || it->lastUse < oldest->lastUse)) oldest = it;
+    munmap(oldest->base, oldest->bytes);
+    entries_.erase(oldest);
+  }
+  entries_.push_back(Entry{peer, ref.ino, static_cast<char*>(base), size, clock_});
+  return static_cast<const char*>(static_cast<char*>(base) + ref.offset);
+}
+
+}  // namespace snccl

@@ -1,0 +1,194 @@
+// The single-copy AllReduce (src/core/mapped_allreduce.cc) across processes: ranks whose
+// buffers come from ncclMemAlloc read each other's buffers through mapped memory files;
+// one rank with other memory makes every rank fall back to the rings. Each case runs in a
+// fresh helper process (this binary again) with SNCCL_SINGLE_COPY_BYTES=4, so that every
+// AllReduce but the one-element ones tries the protocol, and with the COLL log on: the log
+// says which path the ranks took, the helper's exit code whether every result was exact.
+//
+// Results: float sums, int32 maxima, float averages and PreMulSum (scalar 0.5) of small
+// integers, which are exact; counts 1, 17, 4099 and 1M+3; 2-4 ranks. Then 40 calls on the
+// same buffers, each overwritten as soon as the call returns: a rank returning while a
+// peer still reads its buffers (the protocol's last round) would corrupt the peer's result.
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "mp/helper_run.h"
+#include "mp/mp_util.h"
+#include "support/harness.h"
+
+namespace {
+
+constexpr const char* kHelperVar = "SNCCL_SC_HELPER";
+
+enum class Alloc { kMemAlloc, kMalloc, kMixed };  // kMixed: rank 1 mallocs, the others ncclMemAlloc
+
+// One buffer from ncclMemAlloc or malloc, freed the same way.
+struct Buffer {
+  void* p = nullptr;
+  bool nccl = false;
+  Buffer(size_t bytes, bool useNccl) : nccl(useNccl) {
+    if (nccl) {
+      if (ncclMemAlloc(&p, bytes) != ncclSuccess) p = nullptr;
+    } else {
+      p = std::malloc(bytes);
+    }
+  }
+  ~Buffer() {
+    if (nccl) ncclMemFree(p);
+    else std::free(p);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+bool fail(int rank, const std::string& what) {
+  std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+  return false;
+}
+
+// Each rank contributes in[i] = base + (i * 7 + rank) % 23; `op` names the check.
+bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const std::string& op, int base) {
+  const bool isInt = op == "max";
+  Buffer in(count * 4, useNccl), out(count * 4, useNccl);
+  if (in.p == nullptr || out.p == nullptr) return fail(rank, "allocation failed");
+  auto value = [&](int r, size_t i) { return base + int((i * 7 + size_t(r)) % 23); };
+  for (size_t i = 0; i < count; ++i) {
+    if (isInt) static_cast<int32_t*>(in.p)[i] = value(rank, i);
+    else static_cast<float*>(in.p)[i] = float(value(rank, i));
+  }
+  std::memset(out.p, 0xff, count * 4);
+  ncclRedOp_t red = ncclSum;
+  if (op == "max") red = ncclMax;
+  if (op == "avg") red = ncclAvg;
+  float half = 0.5f;
+  if (op == "premulsum" &&
+      ncclRedOpCreatePreMulSum(&red, &half, ncclFloat, ncclScalarHostImmediate, comm) != ncclSuccess)
+    return fail(rank, "ncclRedOpCreatePreMulSum: " + mp::lastError());
+  ncclResult_t res = ncclAllReduce(in.p, out.p, count, isInt ? ncclInt32 : ncclFloat, red, comm, nullptr);
+  if (op == "premulsum") ncclRedOpDestroy(red, comm);
+  if (res != ncclSuccess) return fail(rank, op + ": " + mp::lastError());
+  for (size_t i = 0; i < count; ++i) {
+    int sum = 0, mx = INT32_MIN;
+    for (int r = 0; r < n; ++r) {
+      sum += value(r, i);
+      mx = std::max(mx, value(r, i));
+    }
+    if (isInt) {
+      if (static_cast<int32_t*>(out.p)[i] != mx)
+        return fail(rank, "max, count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
+                              std::to_string(static_cast<int32_t*>(out.p)[i]) + ", expected " + std::to_string(mx));
+      continue;
+    }
+    float want = float(sum);
+    if (op == "avg") want = float(sum) / float(n);
+    if (op == "premulsum") want = 0.5f * float(sum);
+    float got = static_cast<float*>(out.p)[i];
+    if (got != want)
+      return fail(rank, op + ", count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
+                            std::to_string(got) + ", expected " + std::to_string(want));
+  }
+  return true;
+}
+
+// The helper's ranks: every case, then the reuse loop.
+bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
+  const bool useNccl = alloc == Alloc::kMemAlloc || (alloc == Alloc::kMixed && rank != 1);
+  for (size_t count : {size_t(1), size_t(17), size_t(4099), (size_t(1) << 20) + 3})
+    for (const char* op : {"sum", "max", "avg", "premulsum"})
+      if (!oneCall(comm, rank, n, useNccl, count, op, 0)) return false;
+  constexpr size_t kCount = 4099;
+  Buffer in(kCount * 4, useNccl), out(kCount * 4, useNccl);
+  for (int iter = 0; iter < 40; ++iter) {
+    auto* x = static_cast<float*>(in.p);
+    auto* y = static_cast<float*>(out.p);
+    for (size_t i = 0; i < kCount; ++i) x[i] = float(iter * 3 + rank + int(i % 5));
+    if (ncclAllReduce(x, y, kCount, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+      return fail(rank, "reuse: " + mp::lastError());
+    for (size_t i = 0; i < kCount; ++i) {
+      float want = float(n * (iter * 3 + int(i % 5)) + n * (n - 1) / 2);
+      if (y[i] != want)
+        return fail(rank, "reuse, call " + std::to_string(iter) + ": element " + std::to_string(i) + " is " +
+                              std::to_string(y[i]) + ", expected " + std::to_string(want));
+    }
+    // The caller owns its buffers again: a peer still reading them would see this.
+    std::memset(x, 0x7f, kCount * 4);
+    std::memset(y, 0x7f, kCount * 4);
+  }
+  return true;
+}
+
+// Runs in the helper process (gtest filter set by main): the case from the environment.
+TEST(SingleCopyHelper, DISABLED_Run) {
+  const char* mode = std::getenv("SC_MODE");
+  const int n = std::atoi(std::getenv("SC_N") ? std::getenv("SC_N") : "0");
+  const Alloc alloc = Alloc(std::atoi(std::getenv("SC_ALLOC") ? std::getenv("SC_ALLOC") : "0"));
+  ASSERT_TRUE(mode != nullptr && n >= 2);
+  sntest::Mode m = std::string(mode) == "threads" ? sntest::Mode::kThreads : sntest::Mode::kProcesses;
+  sntest::runRanks(m, n, [&](ncclComm_t comm, int rank, int nranks) {
+    bool ok = helperBody(comm, rank, nranks, alloc);
+    EXPECT_TRUE(ok) << "rank " << rank;
+    return ok;
+  }, 240);
+}
+
+using Param = std::tuple<sntest::Mode, int, Alloc>;
+
+class SingleCopy : public ::testing::TestWithParam<Param> {};
+
+TEST_P(SingleCopy, ExactResultsOnTheExpectedPath) {
+  const auto [mode, n, alloc] = GetParam();
+  mp::TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  mp::HelperRun run = mp::runHelper(kHelperVar, dir.path,
+                                    {{"SC_MODE", sntest::modeName(mode)},
+                                     {"SC_N", std::to_string(n)},
+                                     {"SC_ALLOC", std::to_string(int(alloc))},
+                                     {"SNCCL_SINGLE_COPY_BYTES", "4"},
+                                     {"NCCL_DEBUG", "INFO"},
+                                     {"NCCL_DEBUG_SUBSYS", "COLL"},
+                                     {"NCCL_DEBUG_FILE", dir.path + "/sc.%p"}},
+                                    300);
+  EXPECT_EQ(run.rc, 0) << "a result was wrong or a call failed (the helper's stderr says which)\n" << mp::dump(run);
+  // Which path each rank logged (a line per change of path; "host:pid:tid [dev] NCCL INFO").
+  std::set<std::string> single, rings;
+  for (const std::string& l : run.lines) {
+    std::string who = l.substr(0, l.find(' '));  // host:pid:tid
+    if (l.find("single copy") != std::string::npos) single.insert(who);
+    if (l.find("through the rings") != std::string::npos) rings.insert(who);
+  }
+  const bool mapped = mode == sntest::Mode::kThreads || alloc == Alloc::kMemAlloc;
+  if (mapped) {
+    EXPECT_EQ(single.size(), size_t(n)) << "every rank should log the single-copy path\n" << mp::dump(run);
+    EXPECT_TRUE(rings.empty()) << mp::dump(run);
+  } else {
+    EXPECT_EQ(rings.size(), size_t(n)) << "every rank should fall back to the rings\n" << mp::dump(run);
+    EXPECT_TRUE(single.empty()) << mp::dump(run);
+  }
+}
+
+std::string paramName(const ::testing::TestParamInfo<Param>& info) {
+  static const char* kAlloc[] = {"memalloc", "malloc", "mixed"};
+  return std::string(sntest::modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) +
+         "_" + kAlloc[int(std::get<2>(info.param))];
+}
+
+INSTANTIATE_TEST_SUITE_P(Processes, SingleCopy,
+                         ::testing::Combine(::testing::Values(sntest::Mode::kProcesses), ::testing::Values(2, 3, 4),
+                                            ::testing::Values(Alloc::kMemAlloc, Alloc::kMalloc, Alloc::kMixed)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(Threads, SingleCopy,
+                         ::testing::Values(Param{sntest::Mode::kThreads, 3, Alloc::kMalloc}), paramName);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (std::getenv(kHelperVar) != nullptr) {
+    GTEST_FLAG_SET(filter, "SingleCopyHelper.DISABLED_Run");
+    GTEST_FLAG_SET(also_run_disabled_tests, true);
+  }
+  return RUN_ALL_TESTS();
+}
