@@ -94,6 +94,7 @@ class CommRunner {
   Result<bool> progressMapped(ExecOp& op);
   template <typename Fill>
   bool mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill);
+  bool mappedSendWord(const ExecOp& op, uint64_t word);  // a verdict or a "done"/"finished" round
   template <typename Take>
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);

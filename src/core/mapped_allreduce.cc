@@ -109,6 +109,10 @@ bool CommRunner::mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill) {
   return true;
 }
 
+bool CommRunner::mappedSendWord(const ExecOp& op, uint64_t word) {
+  return mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); });
+}
+
 template <typename Take>
 Result<bool> CommRunner::mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take) {
   const int n = comm_->nranks;
@@ -228,9 +232,7 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
         break;
       }
       case kVerdict: {
-        const uint64_t word = m.ok ? 1 : 0;
-        if (!mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); }))
-          return false;
+        if (!mappedSendWord(op, m.ok ? 1 : 0)) return false;
         m.phase = kReadVerdicts;
         break;
       }
@@ -263,9 +265,7 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
       case kFold: {
         if (!m.folded) SNCCL_TRY(foldOwnBlock(op));  // once: before the first "done" goes
         m.folded = true;
-        const uint64_t word = 1;
-        if (!mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); }))
-          return false;
+        if (!mappedSendWord(op, 1)) return false;
         m.phase = kReadDone;
         break;
       }
@@ -281,9 +281,7 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
         break;
       }
       case kFinished: {
-        const uint64_t word = 2;
-        if (!mappedSendAll(op, sizeof word, [&](int, char* slot) { std::memcpy(slot, &word, sizeof word); }))
-          return false;
+        if (!mappedSendWord(op, 2)) return false;
         m.phase = kReadFinished;
         break;
       }
