@@ -332,12 +332,16 @@ void runSize(Ctx& c, size_t bytes, uint64_t seed, size_t totalRows) {
 }
 
 // One datatype x operator x root: warm up at the largest and smallest sizes, then sweep.
+// Unlike nccl-tests, the warm-up runs both placements: an in-place AllReduce may take
+// another path than an out-of-place one (the single-copy path is out of place only), and
+// a path's first call connects its peers, which must not land in a timed loop.
 void runTest(Ctx& c, uint64_t testIndex, size_t totalRows) {
   Job& job = c.job;
   const std::vector<size_t> sizes = sweepSizes(job.opt, job.minBytes, job.maxBytes);
   for (size_t bytes : {job.maxBytes, job.minBytes}) {
     const Counts k = job.coll.counts(bytes, c.typeSize, job.nRanks);
-    for (int i = 0; i < job.opt.warmup; ++i) launch(c, k, false, 1);
+    for (bool inPlace : {false, true})
+      for (int i = 0; i < job.opt.warmup; ++i) launch(c, k, inPlace, 1);
   }
   for (size_t i = 0; i < sizes.size(); ++i) runSize(c, sizes[i], testIndex * 4099 + i, totalRows);
 }

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/prefault.h"
+
 namespace snccl {
 
 PeerBuffers::~PeerBuffers() {
@@ -45,12 +47,15 @@ Result<const char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::F
     return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
                          (unsigned long long)ref.offset, size);
   }
-  // Populated: the pages exist already (the owner prefaulted them); mapping them now costs
-  // far less than a fault per page during the first reduction.
+  // Populated and read once: the pages exist already (the owner prefaulted them); mapping
+  // and touching them now costs far less than a fault per page during the reductions.
+  // The whole block, not just this call's range: a later call of another size reads
+  // other pages of it (common/prefault.h).
   void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = errno;
   close(fd);
   if (base == MAP_FAILED) return ErrnoError(err, "cannot map rank %d's memory file %s (%zu bytes)", peer, path, size);
+  touchPagesForRead(base, size);
   if (std::count_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.peer == peer; }) >= kPerPeer) {
     auto oldest = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it)

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/prefault.h"
+
 namespace snccl {
 
 ScratchLease& ScratchLease::operator=(ScratchLease&& o) noexcept {
@@ -59,6 +61,7 @@ ScratchPool::Block ScratchPool::take(size_t bytes) {
   size_t rounded = (bytes + page - 1) / page * page;
   void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED) return {nullptr, 0};
+  touchPagesForWrite(p, rounded);  // common/prefault.h
   return {static_cast<char*>(p), rounded};
 }
 

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/params.h"
+#include "common/prefault.h"
 #include "transport/net/net.h"
 #include "transport/net/net_entry.h"
 #include "transport/net/proxy.h"
@@ -58,6 +59,7 @@ Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req) {
   size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (base == MAP_FAILED) return ErrnoError(errno, "net transport: mmap of a %zu-byte ring failed", bytes);
+  touchPagesForWrite(base, bytes);  // the proxy writes received slots, the executor sent ones
   initConnCtrl(static_cast<ConnCtrl*>(base), req.nsteps, req.slotBytes);
   return std::make_unique<NetRing>(base, bytes);
 }

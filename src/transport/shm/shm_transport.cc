@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/prefault.h"
 #include "common/params.h"
 
 namespace snccl {
@@ -93,6 +94,7 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   SN_INFO(log::kShm, "shm: rank %d receives from rank %d through %s (%u x %u bytes)", req.rank, req.peer,
           name.c_str(), req.nsteps, req.slotBytes);
   char* slots = static_cast<char*>(base) + connCtrlBytes();
+  touchPagesForRead(slots, bytes - connCtrlBytes());  // this end only reads the slots
   return std::make_unique<Connection>(ctrl, slots, std::make_unique<ShmMapping>(base, bytes, name), req.peer,
                                       watchablePid(*req.self, *req.remote), "shm");
 }
@@ -119,6 +121,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
                         "set SNCCL_STEPS/SNCCL_BUFFSIZE identically on all ranks",
                         req.rank, req.peer, req.nsteps, req.slotBytes, ctrl->nsteps, ctrl->slotBytes);
   }
+  // No message is in flight yet; touching keeps every byte as it is anyway.
+  touchPagesForWrite(static_cast<char*>(base) + connCtrlBytes(), bytes - connCtrlBytes());
   return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
                                       std::make_unique<ShmMapping>(base, bytes, std::string()), req.peer,
                                       watchablePid(*req.self, *req.remote), "shm");
