@@ -113,8 +113,20 @@ int printModel(int nranks, int nnodes, bool threads) {
       tuning::makeTuner(tuning::evenShape(nranks, nnodes, threads ? tuning::LinkClass::kLocal : tuning::LinkClass::kShm),
                         slot, tuning::hostDefaults(), tuning::processOverrides());
   std::printf("# Cost model (predicted us per algorithm; SNCCL_ALGO applied)\n%s\n", tuning::describeTuner(t).c_str());
-  for (CollKind c : tuning::tunedCollectives())
+  // The single-copy AllReduce is decided per call by the buffers, not by the cost model:
+  // say under the AllReduce table when it replaces the picks.
+  const int64_t single = params::getInt(params::Id::SingleCopyBytes);
+  for (CollKind c : tuning::tunedCollectives()) {
     for (const std::string& line : tuning::decisionTable(t, c)) std::printf("%s\n", line.c_str());
+    if (c != CollKind::kAllReduce || nnodes != 1 || nranks < 2) continue;
+    if (single > 0)
+      std::printf("# AllReduce out of place from %lld bytes (SNCCL_SINGLE_COPY_BYTES)%s: single copy instead of the "
+                  "pick above (ranks read each other's buffers; not modelled; NCCL_DEBUG=INFO says when a "
+                  "communicator takes it)\n",
+                  (long long)single, threads ? "" : ", when every rank's buffers come from ncclMemAlloc");
+    else
+      std::printf("# AllReduce single copy: off (SNCCL_SINGLE_COPY_BYTES=0)\n");
+  }
   return 0;
 }
 
