@@ -68,7 +68,15 @@ Status finishInit(ncclComm* comm) {
     if (p.hostHash != me.hostHash || (!sameProcess && (p.pidNs == 0 || p.pidNs != me.pidNs)))
       comm->mappable = false;
   }
-  comm->singleCopyBytes = size_t(std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes)));
+  comm->singleCopyBytes = size_t(comm->peers[comm->rank].singleCopyBytes);
+  // Whether a call takes the single-copy path must be the same on every rank (its
+  // messages are not the rings'); a differing threshold would surface later as a
+  // confusing size mismatch in the middle of some AllReduce.
+  for (const PeerInfo& p : comm->peers)
+    if (comm->mappable && size_t(p.singleCopyBytes) != comm->singleCopyBytes)
+      return InvalidUsage("SNCCL_SINGLE_COPY_BYTES differs between ranks of one node: %lld on rank %d, %zu on rank %d; "
+                          "set it identically on all ranks (or on none)",
+                          (long long)p.singleCopyBytes, p.rank, comm->singleCopyBytes, comm->rank);
   comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
   comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
   int64_t steps = params::getInt(params::Id::Steps);
@@ -166,6 +174,7 @@ PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
   info.cudaDev = cfg.cudaDev;
   info.numa = topo::currentNumaNode();
   info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
+  info.singleCopyBytes = std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes));
   gethostname(info.hostname, sizeof info.hostname - 1);
   return info;
 }

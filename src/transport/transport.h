@@ -31,6 +31,7 @@ struct PeerInfo {
   int32_t cpus;           // online CPUs of the host: the cost model's oversubscription
   int32_t minChannels;    // channel range this rank asks for (tuning::localChannelRange);
   int32_t maxChannels;    // the communicator uses the ranks' agreed one (agreeChannels)
+  int64_t singleCopyBytes;  // SNCCL_SINGLE_COPY_BYTES: must agree on a mappable communicator
   char hostname[64];
 };
 

@@ -354,6 +354,31 @@ TEST(Faults, DifferentCollectivesAreInvalidUsage) { checkMismatch(Mismatch::kCol
 TEST(Faults, DifferentCountsAreInvalidUsage) { checkMismatch(Mismatch::kCount, "count", "AllReduce"); }
 TEST(Faults, DifferentDatatypesAreInvalidUsage) { checkMismatch(Mismatch::kDatatype, "float", "int32"); }
 
+// SNCCL_SINGLE_COPY_BYTES decides per call whether the ranks of one node run the
+// single-copy protocol or the rings, so it must agree: a rank with another value fails
+// every rank's init with a message naming the variable, instead of a size mismatch in
+// the middle of some later AllReduce.
+TEST(Faults, DifferentSingleCopyThresholdsFailAtInit) {
+  const int n = 3;
+  sntest::Watchdog dog(120, "single-copy threshold scenario");
+  Shared* sh = runScenario(n, kTimeout20, [&](int r, Shared* s) {
+    setenv("SNCCL_SINGLE_COPY_BYTES", r == 2 ? "65536" : "131072", 1);  // read at this rank's first init
+    ncclComm_t comm = nullptr;
+    ncclResult_t res = ncclCommInitRank(&comm, n, s->id, r);
+    record(s, r, res);
+    if (res == ncclSuccess) ncclCommDestroy(comm);
+  });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  for (int r = 0; r < n; ++r) {
+    const RankResult& x = sh->r[r];
+    EXPECT_EQ(x.code, ncclInvalidUsage) << "rank " << r << "\n" << all;
+    EXPECT_TRUE(Mentions(x.msg, "SNCCL_SINGLE_COPY_BYTES")) << "rank " << r << "\n" << all;
+    EXPECT_TRUE(Mentions(x.msg, "65536") && namesRank(x.msg, 2)) << "rank " << r << "\n" << all;
+  }
+  mp::freeShared(sh);
+}
+
 // ---- abort ----
 
 // Ranks 0 and 1 enter an allreduce; rank 2 aborts instead and stays alive, so only the
