@@ -94,7 +94,7 @@ class CommRunner {
   Result<bool> progressMapped(ExecOp& op);
   template <typename Fill>
   bool mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill);
-  bool mappedSendWord(const ExecOp& op, uint64_t word);  // a verdict or a "done"/"finished" round
+  bool mappedSendWord(const ExecOp& op, uint64_t word);  // a verdict or a "done" round
   template <typename Take>
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);
@@ -122,7 +122,8 @@ class CommRunner {
     bool fallback = false;
     bool folded = false;
     std::string why;  // the first peer buffer this rank could not map
-    std::vector<const char*> in, out;  // each rank's input and output, as seen here
+    std::vector<const char*> in;  // each rank's input, as seen here
+    std::vector<char*> out;       // each rank's output, as seen here
   } mapped_;
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
   bool claimsMade_ = false;          // the current op's rings are in driven_

@@ -2,13 +2,14 @@
 // directly instead of passing the data through the connection rings.
 //
 // Through the rings, every byte is copied into a slot by its sender and out of it by its
-// receiver: about 4.5N bytes touched per rank for N of data. Reading the peers' memory
-// touches 2N, what the memory-bandwidth bound assumes: rank r folds block r of every
-// rank's input, in rank order, into its own output (x0 (+) x1 (+) ... as the flat
-// algorithm), then copies every other block from the rank that folded it. Each block is
-// folded once, so every rank ends with the same bits.
+// receiver: about 4.5N bytes touched per rank for N of data. Through mapped buffers a
+// rank touches 2N, what the memory-bandwidth bound assumes: rank r folds block r of every
+// rank's input, in rank order (x0 (+) x1 (+) ... as the flat algorithm), and writes the
+// result into block r of every rank's output. Each block is folded once, so every rank
+// ends with the same bits. (Folding into its own output and letting each peer copy the
+// block from there reads that block a second time: 2.5N at 2 ranks, measured slower.)
 //
-// A peer's buffers are readable when the ranks are threads of one process (any memory),
+// A peer's buffers are mappable when the ranks are threads of one process (any memory),
 // or when they come from ncclMemAlloc, whose blocks are memory files another process can
 // map (core/mem_blocks.h, core/peer_buffers.h). Whether that holds is only known per call,
 // so the op runs a short protocol of small messages on channel 0 of every pair, in rounds
@@ -17,15 +18,16 @@
 //   1. describe: each rank sends every peer where its input and output are;
 //   2. verdict:  each rank sends whether it could map all of them. Any "no" and every
 //                rank runs the op's ordinary lanes instead (the same decision everywhere,
-//                since every rank sees every verdict);
-//   3. done:     after folding its block; a peer's "done" means that peer has read this
-//                rank's input for good and its block of output is final;
-//   4. finished: after copying every peer's block. A rank returns (and its caller may
-//                reuse or free the buffers) only when every peer said "finished": nobody
-//                reads them any more.
+//                since every rank sees every verdict). Nobody touches a peer's buffers
+//                before every verdict is in, so every rank is inside this call by then;
+//   3. done:     after folding its block into every output. A rank returns (and its
+//                caller may reuse or free the buffers) only when every peer said "done":
+//                then nobody reads its input or writes its output any more, and every
+//                block of its output is final (streaming stores are fenced before "done").
 //
-// In place, rank r overwrites block j of its buffer (its input) only after rank j said
-// "done", i.e. after rank j no longer reads it.
+// Only rank r reads or writes block r of any buffer during the call, so the single-copy
+// path would be correct in place too; it runs out of place only because in place the
+// rings measured as fast or faster (inputs in cache).
 #include <emmintrin.h>
 
 #include <algorithm>
@@ -41,7 +43,7 @@ namespace snccl {
 
 namespace {
 
-enum MappedPhase { kDescribe, kReadDescs, kVerdict, kReadVerdicts, kFold, kReadDone, kFinished, kReadFinished };
+enum MappedPhase { kDescribe, kReadDescs, kVerdict, kReadVerdicts, kFold, kReadDone };
 
 // One rank's buffers as one peer must find them: addresses for a peer in the same
 // process, memory-file references for the others. Fits an inline message.
@@ -137,13 +139,13 @@ Result<bool> CommRunner::mappedRecvAll(const ExecOp& op, uint32_t bytes, Take ta
 
 Status CommRunner::foldOwnBlock(const ExecOp& op) {
   const int n = comm_->nranks;
+  const int me = comm_->rank;
   const size_t es = op.elemSize;
-  const Block blk = blockOf(op.count, n, comm_->rank);
+  const Block blk = blockOf(op.count, n, me);
   // Pieces small enough that a partial fold stays in cache between its passes.
   const size_t piece = std::max<size_t>(1, (size_t(64) << 10) / es);
   if (foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
   char* tmp = foldTmp_.data();
-  char* dst = const_cast<char*>(mapped_.out[size_t(comm_->rank)]);  // this rank's own output
   // Every input is a rank's own contribution: PreMulSum scales each once (scale = true);
   // reduce() scales its second operand only, so the first is scaled by a copy.
   const bool scalar = op.op.hasScalar;
@@ -156,13 +158,13 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
       acc = tmp;
     }
     // x0 (+) x1 (+) ... in rank order, in a piece that stays in cache; then one streaming
-    // write to the output (in place that is this rank's input: every operand of the piece
-    // has been read by then).
+    // write to every rank's output, this rank's own first (every operand of the piece has
+    // been read by then, so in place would be safe too).
     for (int j = 1; j < n; ++j) {
       kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, j == n - 1);
       acc = tmp;
     }
-    streamCopy(dst + off, tmp, len * es);
+    for (int d = 0; d < n; ++d) streamCopy(mapped_.out[size_t((me + d) % n)] + off, tmp, len * es);
   }
   return OkStatus();
 }
@@ -209,13 +211,13 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
         auto take = [&](int peer, const char* slot) -> Status {
           Desc d;
           std::memcpy(&d, slot, sizeof d);
-          auto resolve = [&](uint64_t ino, uint64_t off, int32_t fd) -> const char* {
-            if (fd == kAddress) return reinterpret_cast<const char*>(uintptr_t(off));
+          auto resolve = [&](uint64_t ino, uint64_t off, int32_t fd) -> char* {
+            if (fd == kAddress) return reinterpret_cast<char*>(uintptr_t(off));
             if (fd == kUnreadable) {
               if (m.why.empty()) m.why = format("rank %d's buffers are not from ncclMemAlloc", peer);
               return nullptr;
             }
-            Result<const char*> r = comm_->peerBuffers.resolve(peer, comm_->peers[peer].pid,
+            Result<char*> r = comm_->peerBuffers.resolve(peer, comm_->peers[peer].pid,
                                                               memblocks::FileRef{fd, ino, off}, bytes);
             if (r.ok()) return r.value();
             if (m.why.empty()) m.why = r.status().message();
@@ -270,22 +272,6 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
         break;
       }
       case kReadDone: {
-        auto take = [&](int peer, const char*) -> Status {
-          const Block b = blockOf(op.count, n, peer);
-          if (b.end > b.begin) streamCopy(myOut + b.begin * es, m.out[size_t(peer)] + b.begin * es, (b.end - b.begin) * es);
-          return OkStatus();
-        };
-        Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), take);
-        if (!r.ok() || !r.value()) return r;
-        m.phase = kFinished;
-        break;
-      }
-      case kFinished: {
-        if (!mappedSendWord(op, 2)) return false;
-        m.phase = kReadFinished;
-        break;
-      }
-      case kReadFinished: {
         Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), [](int, const char*) { return OkStatus(); });
         if (!r.ok() || !r.value()) return r;
         return true;

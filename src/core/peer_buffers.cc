@@ -18,7 +18,7 @@ PeerBuffers::~PeerBuffers() {
   for (const Entry& e : entries_) munmap(e.base, e.bytes);
 }
 
-Result<const char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef& ref, size_t bytes) {
+Result<char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef& ref, size_t bytes) {
   if (ref.ino == 0) return InvalidUsage("rank %d's buffer was not allocated with ncclMemAlloc", peer);
   ++clock_;
   for (Entry& e : entries_)
@@ -29,11 +29,11 @@ Result<const char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::F
         return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
                              (unsigned long long)ref.offset, e.bytes);
       e.lastUse = clock_;
-      return static_cast<const char*>(e.base + ref.offset);
+      return e.base + ref.offset;
     }
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", int(pid), int(ref.fd));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return ErrnoError(errno, "cannot open rank %d's memory file %s", peer, path);
   struct stat st {};
   if (fstat(fd, &st) != 0 || uint64_t(st.st_ino) != ref.ino) {
@@ -47,15 +47,15 @@ Result<const char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::F
     return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
                          (unsigned long long)ref.offset, size);
   }
-  // Populated and read once: the pages exist already (the owner prefaulted them); mapping
-  // and touching them now costs far less than a fault per page during the reductions.
-  // The whole block, not just this call's range: a later call of another size reads
-  // other pages of it (common/prefault.h).
-  void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // Populated and written once (without changing a byte): the pages exist already (the
+  // owner prefaulted them); mapping and touching them now costs far less than a fault per
+  // page during the reductions. The whole block, not just this call's range: a later call
+  // of another size uses other pages of it (common/prefault.h).
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = errno;
   close(fd);
   if (base == MAP_FAILED) return ErrnoError(err, "cannot map rank %d's memory file %s (%zu bytes)", peer, path, size);
-  touchPagesForRead(base, size);
+  touchPagesForWrite(base, size);
   if (std::count_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.peer == peer; }) >= kPerPeer) {
     auto oldest = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
@@ -64,7 +64,7 @@ Result<const char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::F
     entries_.erase(oldest);
   }
   entries_.push_back(Entry{peer, ref.ino, static_cast<char*>(base), size, clock_});
-  return static_cast<const char*>(static_cast<char*>(base) + ref.offset);
+  return static_cast<char*>(base) + ref.offset;
 }
 
 }  // namespace snccl

@@ -1,8 +1,9 @@
 // A communicator's mappings of its peers' ncclMemAlloc blocks (core/mem_blocks.h): the
-// single-copy AllReduce reads peers' buffers through them. A block is mapped read-only
-// on first use, through /proc/<pid>/fd/<fd> of its owner (which needs the same rights as
-// reading that process's descriptors: same user, or root), and kept for later calls on the
-// same buffers; at most kPerPeer blocks per peer stay mapped (least recently used go).
+// single-copy AllReduce reads peers' inputs and writes their outputs through them. A
+// block is mapped read-write on first use, through /proc/<pid>/fd/<fd> of its owner
+// (which needs the same rights as reading that process's descriptors: same user, or
+// root), and kept for later calls on the same buffers; at most kPerPeer blocks per peer
+// stay mapped (least recently used go).
 #pragma once
 
 #include <sys/types.h>
@@ -24,7 +25,7 @@ class PeerBuffers {
   ~PeerBuffers();
 
   // Where `bytes` of peer `peer`'s (process `pid`) buffer at `ref` are in this process.
-  Result<const char*> resolve(int peer, pid_t pid, const memblocks::FileRef& ref, size_t bytes);
+  Result<char*> resolve(int peer, pid_t pid, const memblocks::FileRef& ref, size_t bytes);
 
  private:
   static constexpr int kPerPeer = 8;
