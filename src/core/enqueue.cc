@@ -188,8 +188,8 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
     e->requestElemSize = e->elemSize;
   }
   e->sched = &e->prep->sched;
-  // Out of place only: in place, the rings measured as fast or faster (core/mapped_allreduce.cc).
-  e->mapped = p.coll == CollKind::kAllReduce && !args.inPlace && comm->mappable && comm->nranks > 1 &&
+  // In place too: only rank r touches block r of any buffer (core/mapped_allreduce.cc).
+  e->mapped = p.coll == CollKind::kAllReduce && comm->mappable && comm->nranks > 1 &&
               comm->singleCopyBytes > 0 && p.count * e->elemSize >= comm->singleCopyBytes;
   SNCCL_TRY(bindBuffers(p.comm, e, const_cast<void*>(p.sendbuff), p.recvbuff));
   return OkStatus();

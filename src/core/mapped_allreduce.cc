@@ -25,9 +25,9 @@
 //                then nobody reads its input or writes its output any more, and every
 //                block of its output is final (streaming stores are fenced before "done").
 //
-// Only rank r reads or writes block r of any buffer during the call, so the single-copy
-// path would be correct in place too; it runs out of place only because in place the
-// rings measured as fast or faster (inputs in cache).
+// Only rank r reads or writes block r of any buffer during the call, and it reads every
+// operand of a piece before writing the piece anywhere, so the same protocol is correct
+// in place (input = output on every rank).
 #include <emmintrin.h>
 
 #include <algorithm>
@@ -175,12 +175,15 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
   const int me = comm_->rank;
   const size_t es = op.elemSize;
   const size_t bytes = op.count * es;
-  char* myIn = op.bufs[0];
-  char* myOut = op.bufs[0];
+  char* myIn = nullptr;
+  char* myOut = nullptr;
   for (size_t i = 0; i < op.sched->bufs.size(); ++i) {
     if (op.sched->bufs[i].role == BufRole::kInput) myIn = op.bufs[i];
     if (op.sched->bufs[i].role == BufRole::kOutput) myOut = op.bufs[i];
   }
+  if (myIn == nullptr) myIn = myOut;  // an in-place schedule may name the buffer once
+  if (myOut == nullptr) myOut = myIn;
+  if (myIn == nullptr) return InternalError("single-copy AllReduce #%llu without a user buffer", (unsigned long long)op.seq);
   for (;;) {
     switch (m.phase) {
       case kDescribe: {

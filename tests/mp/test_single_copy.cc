@@ -6,9 +6,10 @@
 // says which path the ranks took, the helper's exit code whether every result was exact.
 //
 // Results: float sums, int32 maxima, float averages and PreMulSum (scalar 0.5) of small
-// integers, which are exact; counts 1, 17, 4099 and 1M+3; 2-4 ranks. Then 40 calls on the
-// same buffers, each overwritten as soon as the call returns: a rank returning while a
-// peer still reads its buffers (the protocol's last round) would corrupt the peer's result.
+// integers, which are exact; counts 1, 17, 4099 and 1M+3; 2-4 ranks; out of place and in
+// place. Then 40 calls on the same buffers, each overwritten as soon as the call returns:
+// a rank returning while a peer still reads its input or writes its output (the
+// protocol's last round) would corrupt a result.
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -49,17 +50,21 @@ bool fail(int rank, const std::string& what) {
   return false;
 }
 
-// Each rank contributes in[i] = base + (i * 7 + rank) % 23; `op` names the check.
-bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const std::string& op, int base) {
+// Each rank contributes in[i] = base + (i * 7 + rank) % 23; `op` names the check. In
+// place, the result replaces the input.
+bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const std::string& op, int base,
+             bool inPlace) {
   const bool isInt = op == "max";
-  Buffer in(count * 4, useNccl), out(count * 4, useNccl);
+  Buffer in(count * 4, useNccl), outBuf(inPlace ? 4 : count * 4, useNccl);
+  Buffer& out = inPlace ? in : outBuf;
   if (in.p == nullptr || out.p == nullptr) return fail(rank, "allocation failed");
+  const std::string what = op + (inPlace ? " in place" : "");
   auto value = [&](int r, size_t i) { return base + int((i * 7 + size_t(r)) % 23); };
   for (size_t i = 0; i < count; ++i) {
     if (isInt) static_cast<int32_t*>(in.p)[i] = value(rank, i);
     else static_cast<float*>(in.p)[i] = float(value(rank, i));
   }
-  std::memset(out.p, 0xff, count * 4);
+  if (!inPlace) std::memset(out.p, 0xff, count * 4);
   ncclRedOp_t red = ncclSum;
   if (op == "max") red = ncclMax;
   if (op == "avg") red = ncclAvg;
@@ -69,7 +74,7 @@ bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const
     return fail(rank, "ncclRedOpCreatePreMulSum: " + mp::lastError());
   ncclResult_t res = ncclAllReduce(in.p, out.p, count, isInt ? ncclInt32 : ncclFloat, red, comm, nullptr);
   if (op == "premulsum") ncclRedOpDestroy(red, comm);
-  if (res != ncclSuccess) return fail(rank, op + ": " + mp::lastError());
+  if (res != ncclSuccess) return fail(rank, what + ": " + mp::lastError());
   for (size_t i = 0; i < count; ++i) {
     int sum = 0, mx = INT32_MIN;
     for (int r = 0; r < n; ++r) {
@@ -78,7 +83,7 @@ bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const
     }
     if (isInt) {
       if (static_cast<int32_t*>(out.p)[i] != mx)
-        return fail(rank, "max, count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
+        return fail(rank, what + ", count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
                               std::to_string(static_cast<int32_t*>(out.p)[i]) + ", expected " + std::to_string(mx));
       continue;
     }
@@ -87,7 +92,7 @@ bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const
     if (op == "premulsum") want = 0.5f * float(sum);
     float got = static_cast<float*>(out.p)[i];
     if (got != want)
-      return fail(rank, op + ", count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
+      return fail(rank, what + ", count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
                             std::to_string(got) + ", expected " + std::to_string(want));
   }
   return true;
@@ -98,12 +103,13 @@ bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
   const bool useNccl = alloc == Alloc::kMemAlloc || (alloc == Alloc::kMixed && rank != 1);
   for (size_t count : {size_t(1), size_t(17), size_t(4099), (size_t(1) << 20) + 3})
     for (const char* op : {"sum", "max", "avg", "premulsum"})
-      if (!oneCall(comm, rank, n, useNccl, count, op, 0)) return false;
+      for (bool inPlace : {false, true})
+        if (!oneCall(comm, rank, n, useNccl, count, op, 0, inPlace)) return false;
   constexpr size_t kCount = 4099;
   Buffer in(kCount * 4, useNccl), out(kCount * 4, useNccl);
   for (int iter = 0; iter < 40; ++iter) {
     auto* x = static_cast<float*>(in.p);
-    auto* y = static_cast<float*>(out.p);
+    auto* y = static_cast<float*>(iter % 2 == 1 ? in.p : out.p);  // odd calls in place
     for (size_t i = 0; i < kCount; ++i) x[i] = float(iter * 3 + rank + int(i % 5));
     if (ncclAllReduce(x, y, kCount, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
       return fail(rank, "reuse: " + mp::lastError());
@@ -113,7 +119,8 @@ bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
         return fail(rank, "reuse, call " + std::to_string(iter) + ": element " + std::to_string(i) + " is " +
                               std::to_string(y[i]) + ", expected " + std::to_string(want));
     }
-    // The caller owns its buffers again: a peer still reading them would see this.
+    // The caller owns its buffers again: a peer still reading or writing them would
+    // see or undo this.
     std::memset(x, 0x7f, kCount * 4);
     std::memset(y, 0x7f, kCount * 4);
   }
