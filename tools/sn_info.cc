@@ -120,7 +120,7 @@ int printModel(int nranks, int nnodes, bool threads) {
     for (const std::string& line : tuning::decisionTable(t, c)) std::printf("%s\n", line.c_str());
     if (c != CollKind::kAllReduce || nnodes != 1 || nranks < 2) continue;
     if (single > 0)
-      std::printf("# AllReduce out of place from %lld bytes (SNCCL_SINGLE_COPY_BYTES)%s: single copy instead of the "
+      std::printf("# AllReduce from %lld bytes (SNCCL_SINGLE_COPY_BYTES)%s: single copy instead of the "
                   "pick above (ranks read each other's buffers; not modelled; NCCL_DEBUG=INFO says when a "
                   "communicator takes it)\n",
                   (long long)single, threads ? "" : ", when every rank's buffers come from ncclMemAlloc");
