@@ -159,7 +159,7 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
     }
     // x0 (+) x1 (+) ... in rank order, in a piece that stays in cache; then one streaming
     // write to every rank's output, this rank's own first (every operand of the piece has
-    // been read by then, so in place would be safe too).
+    // been read by then: in place, these writes overwrite only what was just read).
     for (int j = 1; j < n; ++j) {
       kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, j == n - 1);
       acc = tmp;
@@ -183,7 +183,8 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
   }
   if (myIn == nullptr) myIn = myOut;  // an in-place schedule may name the buffer once
   if (myOut == nullptr) myOut = myIn;
-  if (myIn == nullptr) return InternalError("single-copy AllReduce #%llu without a user buffer", (unsigned long long)op.seq);
+  if (myIn == nullptr)
+    return InternalError("single-copy AllReduce #%llu without a user buffer", (unsigned long long)op.seq);
   for (;;) {
     switch (m.phase) {
       case kDescribe: {
@@ -220,8 +221,8 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
               if (m.why.empty()) m.why = format("rank %d's buffers are not from ncclMemAlloc", peer);
               return nullptr;
             }
-            Result<char*> r = comm_->peerBuffers.resolve(peer, comm_->peers[peer].pid,
-                                                              memblocks::FileRef{fd, ino, off}, bytes);
+            Result<char*> r =
+                comm_->peerBuffers.resolve(peer, comm_->peers[peer].pid, memblocks::FileRef{fd, ino, off}, bytes);
             if (r.ok()) return r.value();
             if (m.why.empty()) m.why = r.status().message();
             return nullptr;
