@@ -18,6 +18,32 @@ PeerBuffers::~PeerBuffers() {
   for (const Entry& e : entries_) munmap(e.base, e.bytes);
 }
 
+// Grows the touched span of `e` to cover [offset, offset + bytes): populates the page
+// tables for the new part and writes each of its pages once without changing a byte, so
+// the reductions do not pay the hypervisor's first-access trap page by page
+// (common/prefault.h). The span stays one interval: a gap between two calls' ranges is
+// touched too.
+void PeerBuffers::touch(Entry& e, size_t offset, size_t bytes) {
+  if (bytes == 0) return;
+  const size_t lo = e.touchedHi > e.touchedLo ? std::min(e.touchedLo, offset) : offset;
+  const size_t hi = e.touchedHi > e.touchedLo ? std::max(e.touchedHi, offset + bytes) : offset + bytes;
+  auto fresh = [&](size_t a, size_t b) {
+    if (b <= a) return;
+    static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t pa = a / page * page, pb = std::min(e.bytes, (b + page - 1) / page * page);
+    (void)madvise(e.base + pa, pb - pa, MADV_POPULATE_WRITE);  // a speed-up only; the touch follows
+    touchPagesForWrite(e.base + a, b - a);
+  };
+  if (e.touchedHi > e.touchedLo) {
+    fresh(lo, e.touchedLo);
+    fresh(e.touchedHi, hi);
+  } else {
+    fresh(lo, hi);
+  }
+  e.touchedLo = lo;
+  e.touchedHi = hi;
+}
+
 Result<char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef& ref, size_t bytes) {
   if (ref.ino == 0) return InvalidUsage("rank %d's buffer was not allocated with ncclMemAlloc", peer);
   ++clock_;
@@ -29,6 +55,7 @@ Result<char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef
         return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
                              (unsigned long long)ref.offset, e.bytes);
       e.lastUse = clock_;
+      touch(e, ref.offset, bytes);
       return e.base + ref.offset;
     }
   char path[64];
@@ -47,15 +74,11 @@ Result<char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef
     return InternalError("rank %d's buffer (%zu bytes at offset %llu) is outside its %zu-byte block", peer, bytes,
                          (unsigned long long)ref.offset, size);
   }
-  // Populated and written once (without changing a byte): the pages exist already (the
-  // owner prefaulted them); mapping and touching them now costs far less than a fault per
-  // page during the reductions. The whole block, not just this call's range: a later call
-  // of another size uses other pages of it (common/prefault.h).
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // Not populated here: only the pages calls use are (touch()); the owner's pages exist.
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   close(fd);
   if (base == MAP_FAILED) return ErrnoError(err, "cannot map rank %d's memory file %s (%zu bytes)", peer, path, size);
-  touchPagesForWrite(base, size);
   if (std::count_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.peer == peer; }) >= kPerPeer) {
     auto oldest = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
@@ -64,6 +87,7 @@ Result<char*> PeerBuffers::resolve(int peer, pid_t pid, const memblocks::FileRef
     entries_.erase(oldest);
   }
   entries_.push_back(Entry{peer, ref.ino, static_cast<char*>(base), size, clock_});
+  touch(entries_.back(), ref.offset, bytes);
   return static_cast<char*>(base) + ref.offset;
 }
 

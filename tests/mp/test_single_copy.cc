@@ -98,13 +98,43 @@ bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const
   return true;
 }
 
-// The helper's ranks: every case, then the reuse loop.
+// Calls on ranges of one pair of large blocks, in an order that grows the span of each
+// block the peers have mapped and touched both ways (core/peer_buffers.h) and leaves a
+// gap: every range must still be read and written in full.
+bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, bool useNccl) {
+  constexpr size_t kElems = size_t(1) << 20;
+  Buffer in(kElems * 4, useNccl), out(kElems * 4, useNccl);
+  if (in.p == nullptr || out.p == nullptr) return fail(rank, "allocation failed");
+  auto* x = static_cast<float*>(in.p);
+  auto* y = static_cast<float*>(out.p);
+  struct Range {
+    size_t offset, count;
+  } ranges[] = {{300000, 5000}, {290000, 4000}, {600000, 70001}, {0, 1000}, {0, kElems}};
+  for (const Range& g : ranges) {
+    for (size_t i = 0; i < g.count; ++i) x[g.offset + i] = float(int((i * 5 + size_t(rank)) % 19));
+    for (size_t i = 0; i < g.count; ++i) y[g.offset + i] = -1.0f;
+    if (ncclAllReduce(x + g.offset, y + g.offset, g.count, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+      return fail(rank, "range at " + std::to_string(g.offset) + ": " + mp::lastError());
+    for (size_t i = 0; i < g.count; ++i) {
+      int want = 0;
+      for (int r = 0; r < n; ++r) want += int((i * 5 + size_t(r)) % 19);
+      if (y[g.offset + i] != float(want))
+        return fail(rank, "range at " + std::to_string(g.offset) + " + " + std::to_string(g.count) + ": element " +
+                              std::to_string(i) + " is " + std::to_string(y[g.offset + i]) + ", expected " +
+                              std::to_string(want));
+    }
+  }
+  return true;
+}
+
+// The helper's ranks: every case, ranges of one block, then the reuse loop.
 bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
   const bool useNccl = alloc == Alloc::kMemAlloc || (alloc == Alloc::kMixed && rank != 1);
   for (size_t count : {size_t(1), size_t(17), size_t(4099), (size_t(1) << 20) + 3})
     for (const char* op : {"sum", "max", "avg", "premulsum"})
       for (bool inPlace : {false, true})
         if (!oneCall(comm, rank, n, useNccl, count, op, 0, inPlace)) return false;
+  if (!rangesOfOneBlock(comm, rank, n, useNccl)) return false;
   constexpr size_t kCount = 4099;
   Buffer in(kCount * 4, useNccl), out(kCount * 4, useNccl);
   for (int iter = 0; iter < 40; ++iter) {
