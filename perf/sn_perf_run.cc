@@ -332,9 +332,9 @@ void runSize(Ctx& c, size_t bytes, uint64_t seed, size_t totalRows) {
 }
 
 // One datatype x operator x root: warm up at the largest and smallest sizes, then sweep.
-// Unlike nccl-tests, the warm-up runs both placements: an in-place AllReduce may take
-// another path than an out-of-place one (the single-copy path is out of place only), and
-// a path's first call connects its peers, which must not land in a timed loop.
+// Unlike nccl-tests, the warm-up runs both placements: an in-place call may take another
+// path than an out-of-place one, and a path's first call connects its peers, which must
+// not land in a timed loop.
 void runTest(Ctx& c, uint64_t testIndex, size_t totalRows) {
   Job& job = c.job;
   const std::vector<size_t> sizes = sweepSizes(job.opt, job.minBytes, job.maxBytes);

@@ -20,8 +20,8 @@
 #include <string>
 
 #include "common/log.h"
-#include "common/prefault.h"
 #include "common/params.h"
+#include "common/prefault.h"
 
 namespace snccl {
 
