@@ -84,8 +84,8 @@ class TcpBootstrap final : public Bootstrap {
   Status allGather(void* data, size_t size) override;
   Status barrier() override;
   void abort() override;
-  void notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget) override;
-  bool peerAborted(int peer) override;
+  void notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget, int origin) override;
+  bool peerAborted(int peer, int* origin = nullptr) override;
 
  private:
   // A message being reassembled from a peer's stream (reader only). The reader never
@@ -142,6 +142,7 @@ class TcpBootstrap final : public Bootstrap {
   std::vector<sock::Socket> recvSocks_;        // written by the reader under mu_
   std::vector<std::string> recvClosed_;        // under mu_: why p's stream ended
   std::vector<char> peerAborted_;              // under mu_: p sent kTagAbort
+  std::vector<int> peerAbortOrigin_;           // under mu_: the root cause its notice names
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<std::byte>>> inbox_;  // under mu_
   std::vector<sock::Socket> pending_;          // reader only
   std::vector<Incoming> partial_;              // reader only, per peer
@@ -152,7 +153,7 @@ TcpBootstrap::TcpBootstrap(Config c)
     : rank_(c.rank), nranks_(c.nranks), commHash_(c.commHash), secret_(c.secret), addrs_(std::move(c.addrs)),
       infos_(std::move(c.infos)), infoSize_(c.infoSize), userAbort_(c.userAbort), allRanks_(c.nranks),
       listener_(std::move(c.listener)), recvSocks_(c.nranks), recvClosed_(c.nranks), peerAborted_(c.nranks),
-      partial_(c.nranks) {
+      peerAbortOrigin_(c.nranks, -1), partial_(c.nranks) {
   std::iota(allRanks_.begin(), allRanks_.end(), 0);
   for (int p = 0; p < nranks_; ++p) send_.push_back(std::make_unique<SendSide>());
 }
@@ -430,6 +431,9 @@ void TcpBootstrap::readAvailable(int peer) {
         {
           std::lock_guard<std::mutex> g(mu_);
           peerAborted_[static_cast<size_t>(peer)] = 1;
+          // reserved: origin + 1 (0 from a sender that did not say)
+          const int origin = int(in.header.reserved) - 1;
+          peerAbortOrigin_[static_cast<size_t>(peer)] = origin >= 0 && origin < nranks_ ? origin : peer;
         }
         markClosed(peer, format("rank %d aborted its communicator", peer));
         return;
@@ -458,9 +462,9 @@ void TcpBootstrap::abort() {
   cv_.notify_all();
 }
 
-void TcpBootstrap::notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget) {
+void TcpBootstrap::notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget, int origin) {
   auto end = Clock::now() + budget;
-  FrameHeader h{kTagAbort, 0, 0};
+  FrameHeader h{kTagAbort, uint32_t(origin >= 0 && origin < nranks_ ? origin + 1 : 0), 0};
   for (int peer : peers) {
     if (peer == rank_ || peer < 0 || peer >= nranks_ || Clock::now() >= end) continue;
     SendSide& side = *send_[static_cast<size_t>(peer)];
@@ -481,10 +485,11 @@ void TcpBootstrap::notifyAbort(std::span<const int> peers, std::chrono::millisec
   }
 }
 
-bool TcpBootstrap::peerAborted(int peer) {
+bool TcpBootstrap::peerAborted(int peer, int* origin) {
   if (peer < 0 || peer >= nranks_ || aborted_.load(std::memory_order_acquire)) return false;
   pumpIfIdle();
   std::lock_guard<std::mutex> g(mu_);
+  if (origin != nullptr) *origin = peerAbortOrigin_[static_cast<size_t>(peer)];
   return peerAborted_[static_cast<size_t>(peer)] != 0;
 }
 

@@ -96,13 +96,16 @@ class Bootstrap {
   // Before abort(): tells `peers` (best effort, at most about `budget` in all) that this
   // rank is aborting, so a peer waiting for a message from us, or trying to connect to
   // us, fails at once instead of at its deadline. Peers already connected to us learn it
-  // from the end of stream anyway; this reaches the ones that are not yet.
-  virtual void notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget) = 0;
+  // from the end of stream anyway; this reaches the ones that are not yet. `origin` is
+  // the rank where the failure that made this rank abort started (this rank itself when
+  // it is the first), so that a peer learning of the abort here names the root cause.
+  virtual void notifyAbort(std::span<const int> peers, std::chrono::milliseconds budget, int origin) = 0;
 
-  // True once `peer`'s abort notice has arrived. Reads what is pending on the streams
-  // first (a poll, no blocking), so a rank blocked on a transport connection can call
-  // it now and then to learn that the peer it waits for will never come.
-  virtual bool peerAborted(int peer) = 0;
+  // True once `peer`'s abort notice has arrived; then *origin (if given) is the rank the
+  // notice names as the root cause. Reads what is pending on the streams first (a poll,
+  // no blocking), so a rank blocked on a transport connection can call it now and then
+  // to learn that the peer it waits for will never come.
+  virtual bool peerAborted(int peer, int* origin = nullptr) = 0;
 };
 
 }  // namespace snccl

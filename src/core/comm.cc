@@ -500,7 +500,8 @@ void commAbort(ncclComm* comm) {
       order.push_back((comm->rank + d) % n);
       if (n - d != d) order.push_back((comm->rank - d + n) % n);
     }
-    comm->bootstrap->notifyAbort(order, std::chrono::milliseconds(500));
+    const int culprit = comm->culprit.load();
+    comm->bootstrap->notifyAbort(order, std::chrono::milliseconds(500), culprit >= 0 ? culprit : comm->rank);
     comm->bootstrap->abort();
   }
   // Connections may be mid-creation in the init thread; poison only after it is gone.

@@ -250,11 +250,18 @@ Status CommRunner::checkBlocked() {
       lastLivenessCheckNs_ = now;
       // A peer that aborted before it connected its end cannot poison this connection;
       // its abort notice comes through the bootstrap.
-      if (comm_->bootstrap && comm_->bootstrap->peerAborted(peer) && !blockedConn_->ready(blockedSender_)) {
-        comm_->culprit.store(peer);
-        return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator while this rank "
+      int origin = -1;
+      if (comm_->bootstrap && comm_->bootstrap->peerAborted(peer, &origin) && !blockedConn_->ready(blockedSender_)) {
+        // The notice names where the failure started (the peer itself, or a rank whose
+        // failure made it abort): the same root cause as a poisoned ring would carry.
+        if (origin < 0 || origin >= comm_->nranks || origin == comm_->rank) origin = peer;
+        comm_->culprit.store(origin);
+        std::string cause = origin != peer ? format(" after rank %d (pid %d, host %s) failed", origin,
+                                                    comm_->peers[origin].pid, comm_->peers[origin].hostname)
+                                           : std::string();
+        return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator%s while this rank "
                            "waited for %s it",
-                           op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
+                           op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname, cause.c_str(),
                            blockedSender_ ? "a free slot (credit) from" : "data from");
       }
     }

@@ -378,6 +378,28 @@ TEST(Bootstrap, SendRecvTagsOutOfOrderAndSizes) {
   });
 }
 
+// An abort notice names the rank where the failure started, so that a peer learning of
+// the abort from the notice (before any poisoned ring reaches it) names the root cause.
+TEST(Bootstrap, AbortNoticeCarriesTheOrigin) {
+  auto boots = initAll(4);
+  Watchdog dog(30);
+  const int targets[] = {2, 3};
+  boots[0]->notifyAbort(targets, std::chrono::milliseconds(2000), 1);  // rank 1 failed first
+  boots[1]->notifyAbort(targets, std::chrono::milliseconds(2000), 1);  // rank 1 is the origin itself
+  for (int r : targets) {
+    for (int from : {0, 1}) {
+      int origin = -7;
+      auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (!boots[r]->peerAborted(from, &origin) && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_TRUE(boots[r]->peerAborted(from)) << "rank " << r << " never saw rank " << from << "'s notice";
+      EXPECT_EQ(origin, 1) << "rank " << r << ", notice from rank " << from;
+    }
+    int origin = -7;
+    EXPECT_FALSE(boots[r]->peerAborted(r == 2 ? 3 : 2, &origin)) << "no notice was sent between ranks 2 and 3";
+  }
+}
+
 TEST(Bootstrap, LargeCrossingSendsDoNotDeadlock) {
   auto boots = initAll(2);
   const size_t n = 16 << 20;
