@@ -3,7 +3,7 @@
 # (10.77.0.1), rank 1 in namespace B (10.77.0.2), joined by one veth pair; everything is
 # torn down on any exit (trap). Needs root and iproute2.
 #
-#   perf/netns_pair.sh [-r MBIT] [-t SECONDS] '<rank 0 command>' '<rank 1 command>'
+#   perf/netns_pair.sh [-r MBIT] [-t SECONDS] [-c CC] '<rank 0 command>' '<rank 1 command>'
 #
 # Each command runs under `bash -c` inside its namespace with, exported:
 #   RANK (0|1), WORLD_SIZE=2, MASTER_ADDR=10.77.0.1, MASTER_PORT (free, or as preset),
@@ -15,7 +15,8 @@
 #                      'build/perf/sn_sendrecv_perf -b 1M -e 64M -f 8'
 #   perf/netns_pair.sh 'iperf3 -s -1 >/dev/null' 'sleep 0.5; iperf3 -c $MASTER_ADDR -t 5'
 # -r shapes both directions with tbf (MBIT Mbit/s, burst 128 KiB). -t bounds the run
-# (default 600 s). The exit status is the first non-zero status of the two commands
+# (default 600 s). -c sets both namespaces' default TCP congestion control (the sysctl is
+# per namespace), for programs that cannot choose their own (Open MPI, iperf3 without -C). The exit status is the first non-zero status of the two commands
 # (124 on timeout). Rank 1 starts first; rank 0 runs in the foreground.
 #
 # Open MPI across the two namespaces: run mpirun as rank 0's command with the script itself
@@ -33,11 +34,12 @@ if [ "${1:-}" = --rsh ]; then  # rsh agent mode: --rsh HOST COMMAND...
   exec ip netns exec "$ns" bash -c "$*"
 fi
 
-rate="" limit=600
-while getopts "r:t:h" o; do
+rate="" limit=600 cc=""
+while getopts "r:t:c:h" o; do
   case $o in
     r) rate=$OPTARG ;;
     t) limit=$OPTARG ;;
+    c) cc=$OPTARG ;;
     *) sed -n '2,26p' "$0"; exit 2 ;;
   esac
 done
@@ -70,6 +72,9 @@ ip -n "$B" addr add 10.77.0.2/24 dev "$IFB"
 for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
 ip -n "$A" link set "$IFA" up
 ip -n "$B" link set "$IFB" up
+if [ -n "$cc" ]; then
+  for ns in "$A" "$B"; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc"; done
+fi
 if [ -n "$rate" ]; then
   tc -n "$A" qdisc add dev "$IFA" root tbf rate "${rate}mbit" burst 128kb latency 20ms
   tc -n "$B" qdisc add dev "$IFB" root tbf rate "${rate}mbit" burst 128kb latency 20ms

@@ -11,6 +11,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/tuning/selector.h"
 #include "common/params.h"
+#include "core/slot_geometry.h"
 #include "snccl/nccl.h"
 #include "snccl/snccl.h"
 #include "topology/affinity.h"
@@ -107,8 +108,12 @@ int printModel(int nranks, int nnodes, bool threads) {
     std::fprintf(stderr, "sn_info --model: need 1 <= --nodes <= --nranks\n");
     return 2;
   }
-  const int64_t steps = params::getInt(params::Id::Steps);
-  const size_t slot = size_t(params::getInt(params::Id::BuffSize) / (steps > 0 ? steps : 8) / 64 * 64);
+  Result<SlotGeometry> geometry = slotGeometry(nnodes > 1);
+  if (!geometry.ok()) {
+    std::fprintf(stderr, "sn_info --model: %s\n", geometry.status().message().c_str());
+    return 2;
+  }
+  const size_t slot = geometry.value().slotBytes;
   const tuning::Tuner t =
       tuning::makeTuner(tuning::evenShape(nranks, nnodes, threads ? tuning::LinkClass::kLocal : tuning::LinkClass::kShm),
                         slot, tuning::hostDefaults(), tuning::processOverrides());

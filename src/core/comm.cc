@@ -14,6 +14,7 @@
 #include "common/params.h"
 #include "common/wait.h"
 #include "core/executor.h"
+#include "core/slot_geometry.h"
 #include "topology/affinity.h"
 #include "topology/discovery.h"
 #include "topology/planner.h"
@@ -79,16 +80,14 @@ Status finishInit(ncclComm* comm) {
                           (long long)p.singleCopyBytes, p.rank, comm->singleCopyBytes, comm->rank);
   comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
   comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
-  int64_t steps = params::getInt(params::Id::Steps);
-  if (steps < 2 || steps > int64_t(kMaxSteps))
-    return InvalidArgument("SNCCL_STEPS=%lld is out of range [2, %u]", (long long)steps, kMaxSteps);
-  comm->nsteps = uint32_t(steps);
-  int64_t buff = params::getInt(params::Id::BuffSize);
-  int64_t slot = buff / steps / 64 * 64;
-  if (slot < 4096 || slot > (int64_t(1) << 30))
-    return InvalidArgument("SNCCL_BUFFSIZE=%lld gives %lld-byte slots; need 4 KiB..1 GiB per slot",
-                           (long long)buff, (long long)slot);
-  comm->slotBytes = uint32_t(slot);
+  const bool spansNodes = comm->localRanks < comm->nranks;
+  SNCCL_ASSIGN_OR_RETURN(const SlotGeometry geometry, slotGeometry(spansNodes));
+  comm->nsteps = geometry.nsteps;
+  comm->slotBytes = geometry.slotBytes;
+  SN_INFO(log::kInit, "rank %d: %u slots of %u B per connection (%s=%lld, %s=%lld; ranks %s)", comm->rank,
+          comm->nsteps, comm->slotBytes, params::def(geometry.stepsFrom).name,
+          (long long)params::getInt(geometry.stepsFrom), params::def(geometry.buffFrom).name,
+          (long long)params::getInt(geometry.buffFrom), spansNodes ? "span nodes" : "on one node");
   std::vector<uint64_t> procs;  // which ranks are threads of one process
   std::vector<int> cpus;        // CPUs of each rank's host: more ranks than CPUs changes the picks
   std::vector<tuning::ChannelRange> ranges;  // what each rank asks for; all use the agreed one

@@ -108,18 +108,18 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
-// NCCL_DEBUG=INFO NET names the transport and the net of every connection, and the
-// NCCL names of the stream parameters are honoured.
-TEST(NetRanks, LogsTransportAndHonoursNcclStreamNames) {
+// Runs `c` with NCCL_DEBUG=INFO for `subsys` into files of a fresh directory; returns
+// the logs of all ranks, concatenated.
+std::string runLogged(Cluster c, const std::string& subsys, const nettest::Body& body) {
   char dir[] = "/tmp/snccl-netlog-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  Cluster c = loopback(2, 1);
+  if (mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << strerror(errno);
+    return "";
+  }
   c.env.push_back({"NCCL_DEBUG", "INFO"});
-  c.env.push_back({"NCCL_DEBUG_SUBSYS", "INIT,NET"});
+  c.env.push_back({"NCCL_DEBUG_SUBSYS", subsys});
   c.env.push_back({"NCCL_DEBUG_FILE", std::string(dir) + "/log.%p"});
-  c.env.push_back({"NCCL_SOCKET_NTHREADS", "2"});
-  c.env.push_back({"NCCL_NSOCKS_PERTHREAD", "3"});
-  Outcome o = nettest::runCluster(c, checkAll({1031, 100000}));
+  Outcome o = nettest::runCluster(c, body);
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
   std::string all;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -127,10 +127,48 @@ TEST(NetRanks, LogsTransportAndHonoursNcclStreamNames) {
     std::filesystem::remove(e.path());
   }
   std::filesystem::remove(dir);
+  return all;
+}
+
+// NCCL_DEBUG=INFO NET names the transport and the net of every connection, and the
+// NCCL names of the stream parameters are honoured.
+TEST(NetRanks, LogsTransportAndHonoursNcclStreamNames) {
+  Cluster c = loopback(2, 1);
+  c.env.push_back({"NCCL_SOCKET_NTHREADS", "2"});
+  c.env.push_back({"NCCL_NSOCKS_PERTHREAD", "3"});
+  std::string all = runLogged(c, "INIT,NET", checkAll({1031, 100000}));
   EXPECT_NE(all.find("[send] via NET/Socket/0"), std::string::npos) << all;
   EXPECT_NE(all.find("[receive] via NET/Socket/0"), std::string::npos) << all;
   EXPECT_NE(all.find("6 streams"), std::string::npos) << all;
   EXPECT_NE(all.find("connected via NET/Socket/0 (lo)"), std::string::npos) << all;
+  EXPECT_NE(all.find("congestion control reno"), std::string::npos) << all;
+}
+
+// Slot geometry: a communicator across nodes takes SNCCL_NET_STEPS x SNCCL_NET_BUFFSIZE
+// (4 x 512 KiB) on every rank, unless the user set NCCL_BUFFSIZE / SNCCL_STEPS and not
+// the net names; one node keeps SNCCL_BUFFSIZE / SNCCL_STEPS (8 x 128 KiB). Every case
+// also runs AllReduces, so both ends of each connection agreed.
+TEST(NetRanks, SlotGeometryFollowsWhetherRanksSpanNodes) {
+  struct Case {
+    int nranks, perNode;
+    std::vector<std::pair<std::string, std::string>> env;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {2, 1, {}, "4 slots of 524288 B per connection (SNCCL_NET_STEPS=4, SNCCL_NET_BUFFSIZE=2097152; ranks span nodes)"},
+      {3, 1, {{"NCCL_BUFFSIZE", "1048576"}}, "4 slots of 262144 B per connection (SNCCL_NET_STEPS=4, SNCCL_BUFFSIZE=1048576"},
+      {2, 1, {{"NCCL_BUFFSIZE", "1048576"}, {"SNCCL_NET_BUFFSIZE", "65536"}, {"SNCCL_STEPS", "2"}},
+       "2 slots of 32768 B per connection (SNCCL_STEPS=2, SNCCL_NET_BUFFSIZE=65536"},
+      {2, 2, {{"NCCL_SHM_DISABLE", "1"}}, "8 slots of 131072 B per connection (SNCCL_STEPS=8, SNCCL_BUFFSIZE=1048576; ranks on one node)"},
+  };
+  for (const Case& k : cases) {
+    Cluster c = loopback(k.nranks, k.perNode);
+    c.env.insert(c.env.end(), k.env.begin(), k.env.end());
+    std::string all = runLogged(c, "INIT", checkAll({1, 1031, 300000}));
+    size_t lines = 0;
+    for (size_t at = all.find(k.want); at != std::string::npos; at = all.find(k.want, at + 1)) ++lines;
+    EXPECT_EQ(lines, size_t(k.nranks)) << k.want << "\n" << all;
+  }
 }
 
 // One node, shm disabled: the net transport takes over (NCCL_SHM_DISABLE semantics).

@@ -30,9 +30,12 @@ const char* linkClassName(LinkClass c) {
 //    second copy for large buffers and with cheaper wake-ups: 1 us, 12 GB/s.
 //  * net (TCP sockets over loopback / veth between network namespaces): the waiting rank
 //    drives its sockets itself, so a small message costs a write and a read on each side
-//    plus the kernel's TCP path: 8 B AllReduce over veth 18-26 us, one hop over loopback
-//    ~20 us (perf/calibrate, 2026-11-30 14:49, `direct` at 2 ranks on 2 nodes); one
-//    connection moves 1.5-2 GB/s each way while the other way is busy too: 20 us, 1.8 GB/s.
+//    plus the kernel's TCP path: 8 B AllReduce over veth 17-24 us, one hop over loopback
+//    ~20 us (perf/calibrate, 2026-11-30 14:49, `direct` at 2 ranks on 2 nodes). With reno
+//    (SNCCL_SOCKET_CC) and 512 KiB slots (SNCCL_NET_BUFFSIZE) every algorithm moves 1-64
+//    MiB at 3.0-3.4 GB/s bus bandwidth between two namespaces (2026-12-01 06:05 UTC, 3
+//    rounds: 1 MiB 317-387 us, 64 MiB 21-24 ms); with bbr and 128 KiB slots it was 1.5-2
+//    GB/s: 18 us, 3.2 GB/s.
 //    perf/calibrate compares these with measurements (docs/algorithms.md).
 //  * switchUs: 4 and 8 processes on 2 CPUs (docs/performance.md, 2026-11-30): a small
 //    AllReduce by recursive doubling takes ~10 us per round at 2 ranks per CPU and ~25 us
@@ -46,7 +49,7 @@ ModelParams hostDefaults() {
   // Two channels over TCP measured 5-20% above one at 1-64 MiB in 6 of 7 interleaved
   // rounds (2 ranks on 2 namespaces, 2026-11-30 17:15 UTC): the kernel moves one channel's
   // bytes while the rank serves the other. Four were no better than two.
-  p.of(LinkClass::kNet) = {20.0, 1.8, 0.0, 2};
+  p.of(LinkClass::kNet) = {18.0, 3.2, 0.0, 2};
   p.name = "host";
   return p;
 }

@@ -67,9 +67,10 @@ class SocketNet : public Net {
     SNCCL_ASSIGN_OR_RETURN(iface_, sock::chooseLocalInterface());
     nstreams_ = socketStreamsFromParams(params::getInt(params::Id::SocketNthreads),
                                         params::getInt(params::Id::NsocksPerThread));
-    timeoutSec_ = int(std::max<int64_t>(0, params::getInt(params::Id::Timeout)));
-    SN_INFO(log::kNet | log::kInit, "NET/Socket : Using [0]%s:%s, %d streams per connection", iface_.name.c_str(),
-            iface_.addr.hostString().c_str(), nstreams_);
+    SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
+    SN_INFO(log::kNet | log::kInit, "NET/Socket : Using [0]%s:%s, %d streams per connection, congestion control %s",
+            iface_.name.c_str(), iface_.addr.hostString().c_str(), nstreams_,
+            tuning_.congestion.empty() ? "(system default)" : tuning_.congestion.c_str());
     return OkStatus();
   }
 
@@ -92,7 +93,7 @@ class SocketNet : public Net {
     SNCCL_TRY(checkDev(dev));
     sock::Address bind = iface_.addr;
     bind.setPort(0);
-    SNCCL_ASSIGN_OR_RETURN(auto l, SocketListen::create(bind, nstreams_, timeoutSec_, handle));
+    SNCCL_ASSIGN_OR_RETURN(auto l, SocketListen::create(bind, nstreams_, tuning_, handle));
     *out = l.release();
     return OkStatus();
   }
@@ -102,7 +103,7 @@ class SocketNet : public Net {
     SNCCL_TRY(checkDev(dev));
     Connector* c = stagedConnector(*handle);
     if (c == nullptr) {
-      SNCCL_ASSIGN_OR_RETURN(auto fresh, Connector::start(*handle, timeoutSec_));
+      SNCCL_ASSIGN_OR_RETURN(auto fresh, Connector::start(*handle, tuning_));
       c = fresh.release();
       setStage(handle, c);
     }
@@ -223,7 +224,7 @@ class SocketNet : public Net {
   // Set once by init() (under defaultNet's once-flag), read-only afterwards.
   sock::Interface iface_;
   int nstreams_ = 1;
-  int timeoutSec_ = 0;
+  socknet::SocketTuning tuning_;
 };
 
 }  // namespace

@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "common/log.h"
+#include "common/params.h"
 
 namespace snccl::net::socknet {
 
@@ -35,9 +37,53 @@ uint64_t randomNonce() {
 
 }  // namespace
 
-void tuneSocket(int fd, int timeoutSec) {
+namespace {
+
+std::string procLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line.empty() ? std::string("(unreadable)") : line;
+}
+
+}  // namespace
+
+Status checkCongestion(const std::string& name) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError(errno, "NET/Socket: socket() to check SNCCL_SOCKET_CC");
+  int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), socklen_t(name.size()));
+  int err = errno;
+  ::close(fd);
+  if (rc == 0) return OkStatus();
+  return InvalidArgument("SNCCL_SOCKET_CC=%s: the kernel refuses this TCP congestion control (%s); available: %s; "
+                         "allowed without CAP_NET_ADMIN: %s; set SNCCL_SOCKET_CC= (empty) for the system default",
+                         name.c_str(), strerror(err), procLine("/proc/sys/net/ipv4/tcp_available_congestion_control").c_str(),
+                         procLine("/proc/sys/net/ipv4/tcp_allowed_congestion_control").c_str());
+}
+
+Result<SocketTuning> socketTuningFromParams() {
+  SocketTuning t;
+  t.timeoutSec = int(std::clamp<int64_t>(params::getInt(params::Id::Timeout), 0, 1 << 30));
+  t.congestion = params::getString(params::Id::SocketCc);
+  if (t.congestion.empty()) return t;
+  Status s = checkCongestion(t.congestion);
+  if (s.ok()) return t;
+  if (params::isSet(params::Id::SocketCc)) return s;
+  SN_WARN("%s; using the system default", s.message().c_str());
+  t.congestion.clear();
+  return t;
+}
+
+Status tuneSocket(int fd, const SocketTuning& t) {
   int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Checked at init (socketTuningFromParams), so a refusal here is not expected; it is
+  // still an error rather than a silently slower connection.
+  if (!t.congestion.empty() &&
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, t.congestion.data(), socklen_t(t.congestion.size())) != 0)
+    return ErrnoError(errno, "NET/Socket: setting TCP congestion control %s (SNCCL_SOCKET_CC)", t.congestion.c_str());
+  const int timeoutSec = t.timeoutSec;
   if (timeoutSec > 0) {
     // Half of SNCCL_TIMEOUT: a cut link or a vanished host then fails the connection with
     // a network error (ETIMEDOUT, named as such) before the executor's own deadline turns
@@ -52,17 +98,18 @@ void tuneSocket(int fd, int timeoutSec) {
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe, sizeof probe);
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe, sizeof probe);
   }
+  return OkStatus();
 }
 
 // ---- Listener ----------------------------------------------------------------------
 
 Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& bindAddr, int nstreams,
-                                                           int timeoutSec, Handle* handle) {
+                                                           const SocketTuning& tuning, Handle* handle) {
   auto l = std::make_unique<SocketListen>();
   SNCCL_ASSIGN_OR_RETURN(l->listener_, sock::Socket::listen(bindAddr, false));
   l->nonce_ = randomNonce();
   l->nstreams_ = nstreams;
-  l->timeoutSec_ = timeoutSec;
+  l->tuning_ = tuning;
   l->slots_.resize(size_t(nstreams) + 1);
   HandleWire w{};
   w.magic = sockwire::kMagic;
@@ -98,7 +145,7 @@ Status SocketListen::readHello(Pending& p, bool* drop) {
   if (h.nstreams != nstreams_ || h.index > nstreams_ || slots_[h.index].valid())
     return InternalError("NET/Socket: connection from %s announced socket %u of %u, expected %d streams",
                          p.sock.peer().toString().c_str(), h.index, h.nstreams, nstreams_);
-  tuneSocket(p.sock.fd(), timeoutSec_);
+  SNCCL_TRY(tuneSocket(p.sock.fd(), tuning_));
   slots_[h.index] = std::move(p.sock);
   ++have_;
   *drop = true;  // moved out of the pending list
@@ -137,7 +184,8 @@ void SocketListen::pollFds(std::vector<pollfd>* fds) const {
 
 // ---- Connector ---------------------------------------------------------------------
 
-Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, int timeoutSec) {
+Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const SocketTuning& tuning) {
+  const int timeoutSec = tuning.timeoutSec;
   auto c = std::make_unique<Connector>();
   std::memcpy(&c->wire_, handle.bytes, sizeof c->wire_);
   const HandleWire& w = c->wire_;
@@ -147,7 +195,7 @@ Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, int ti
                          "(magic %08x, version %u, %u streams)",
                          sockwire::kVersion, w.magic, w.version, w.nstreams);
   SNCCL_ASSIGN_OR_RETURN(c->to_, sock::Address::fromWire(w.addr));
-  c->timeoutSec_ = timeoutSec;
+  c->tuning_ = tuning;
   c->start_ = sock::Clock::now();
   c->deadline_ = timeoutSec > 0 ? c->start_ + std::chrono::seconds(timeoutSec) : sock::Clock::time_point::max();
   c->slots_.resize(size_t(w.nstreams) + 1);
@@ -172,7 +220,7 @@ Status Connector::stepSlot(int index, Slot& s) {
     int fd = ::socket(to_.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return ErrnoError(errno, "NET/Socket: socket() to connect to %s", to_.toString().c_str());
     s.sock = sock::Socket(fd, to_);
-    tuneSocket(fd, timeoutSec_);
+    SNCCL_TRY(tuneSocket(fd, tuning_));
     if (::connect(fd, to_.sa(), to_.len()) == 0) {
       s.state = State::kGreeting;
     } else if (errno == EINPROGRESS || errno == EINTR) {
@@ -232,7 +280,7 @@ Result<std::vector<sock::Socket>> Connector::step() {
     int err = 0;
     for (const Slot& s : slots_) err = s.lastErr != 0 ? s.lastErr : err;
     return RemoteError("NET/Socket: could not connect to %s within %d s (SNCCL_TIMEOUT); last error: %s",
-                       to_.toString().c_str(), timeoutSec_, err != 0 ? strerror(err) : "none (still connecting)");
+                       to_.toString().c_str(), tuning_.timeoutSec, err != 0 ? strerror(err) : "none (still connecting)");
   }
   return std::vector<sock::Socket>();
 }

@@ -19,15 +19,31 @@
 
 namespace snccl::net::socknet {
 
+// What every connection socket of the socket net is set to (tuneSocket).
+struct SocketTuning {
+  int timeoutSec = 0;       // SNCCL_TIMEOUT; 0: no user timeout, no keepalive
+  std::string congestion;   // TCP_CONGESTION name; empty: the system default
+};
+
+// SNCCL_TIMEOUT and SNCCL_SOCKET_CC, checked: a congestion control the kernel refuses is
+// an error when the user named it, and falls back to the system default (with a warning)
+// when it is only the default name.
+Result<SocketTuning> socketTuningFromParams();
+
+// Whether this process may set TCP congestion control `name` on a TCP socket; the error
+// names what the kernel offers (available) and allows without CAP_NET_ADMIN.
+Status checkCongestion(const std::string& name);
+
 // Socket options every connection socket gets: Nagle off; a user timeout of half of
 // SNCCL_TIMEOUT plus keepalive probes, so a cut link or a dead host fails the connection
-// with a network error (busy or idle) instead of retransmitting for many minutes.
-void tuneSocket(int fd, int timeoutSec);
+// with a network error (busy or idle) instead of retransmitting for many minutes; the
+// congestion control, on both ends (each end's sender is governed by its own socket).
+Status tuneSocket(int fd, const SocketTuning& t);
 
 class SocketListen : public ListenComm {
  public:
-  static Result<std::unique_ptr<SocketListen>> create(const sock::Address& bindAddr, int nstreams, int timeoutSec,
-                                                      Handle* handle);
+  static Result<std::unique_ptr<SocketListen>> create(const sock::Address& bindAddr, int nstreams,
+                                                      const SocketTuning& tuning, Handle* handle);
 
   // Accepts and sorts what has arrived. Returns the sockets (control first) once the
   // whole connection is there, an empty vector before.
@@ -46,7 +62,7 @@ class SocketListen : public ListenComm {
   sock::Socket listener_;
   uint64_t nonce_ = 0;
   int nstreams_ = 0;
-  int timeoutSec_ = 0;
+  SocketTuning tuning_;
   std::vector<Pending> pending_;
   std::vector<sock::Socket> slots_;  // [0] control, [1..] streams
   int have_ = 0;
@@ -56,7 +72,7 @@ class SocketListen : public ListenComm {
 // deadline, as the bootstrap does.
 class Connector {
  public:
-  static Result<std::unique_ptr<Connector>> start(const Handle& handle, int timeoutSec);
+  static Result<std::unique_ptr<Connector>> start(const Handle& handle, const SocketTuning& tuning);
   // The connected sockets (control first) once all are open and greeted; empty before.
   Result<std::vector<sock::Socket>> step();
   const sock::Address& target() const { return to_; }
@@ -76,7 +92,7 @@ class Connector {
 
   sock::Address to_;
   sockwire::HandleWire wire_{};
-  int timeoutSec_ = 0;
+  SocketTuning tuning_;
   sock::Clock::time_point start_;
   sock::Clock::time_point deadline_;
   std::vector<Slot> slots_;
