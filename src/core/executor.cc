@@ -20,6 +20,15 @@ namespace snccl {
 namespace {
 constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds reaction time
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
+
+// " after rank N (pid P, host H) failed" when a failure that `peer` passed on (a poisoned
+// ring, an abort notice) started at another rank; empty when it started at the peer, or
+// when `origin` names no rank.
+std::string failedBefore(const ncclComm& comm, int origin, int peer) {
+  if (origin < 0 || origin >= comm.nranks || origin == peer) return std::string();
+  const PeerInfo& o = comm.peers[origin];
+  return format(" after rank %d (pid %d, host %s) failed", origin, o.pid, o.hostname);
+}
 }  // namespace
 
 std::string ExecOp::describe() const {
@@ -155,8 +164,7 @@ Result<bool> CommRunner::progress() {
       opStartNs_ = Backoff::nowNs();
       started_ = true;
       claimsMade_ = false;
-      mapped_ = MappedState{};
-      mapped_.fallback = !op.mapped;
+      mapped_.reset(/*fallbackOnly=*/!op.mapped);
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
@@ -238,10 +246,7 @@ Status CommRunner::checkBlocked() {
                            "(%s)%s",
                            op.describe().c_str(), comm_->rank, blockedConn_->transport(), peer, pi.pid, pi.hostname,
                            ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))), detail.c_str());
-      std::string cause = origin >= 0 && origin != peer && origin < comm_->nranks
-                              ? format(" after rank %d (pid %d, host %s) failed", origin, comm_->peers[origin].pid,
-                                       comm_->peers[origin].hostname)
-                              : std::string();
+      std::string cause = failedBefore(*comm_, origin, peer);
       return RemoteError("%s: rank %d: rank %d (pid %d, host %s) stopped%s (its error: %s)%s", op.describe().c_str(),
                          comm_->rank, peer, pi.pid, pi.hostname, cause.c_str(),
                          ncclGetErrorString(static_cast<ncclResult_t>(poisonCode(word))), detail.c_str());
@@ -256,9 +261,7 @@ Status CommRunner::checkBlocked() {
         // failure made it abort): the same root cause as a poisoned ring would carry.
         if (origin < 0 || origin >= comm_->nranks || origin == comm_->rank) origin = peer;
         comm_->culprit.store(origin);
-        std::string cause = origin != peer ? format(" after rank %d (pid %d, host %s) failed", origin,
-                                                    comm_->peers[origin].pid, comm_->peers[origin].hostname)
-                                           : std::string();
+        std::string cause = failedBefore(*comm_, origin, peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator%s while this rank "
                            "waited for %s it",
                            op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname, cause.c_str(),

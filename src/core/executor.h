@@ -124,6 +124,17 @@ class CommRunner {
     std::string why;  // the first peer buffer this rank could not map
     std::vector<const char*> in;  // each rank's input, as seen here
     std::vector<char*> out;       // each rank's output, as seen here
+    // Back to the start of an op; the vectors keep their capacity (no allocation per call).
+    void reset(bool fallbackOnly) {
+      phase = 0;
+      next = 1;
+      ok = true;
+      fallback = fallbackOnly;
+      folded = false;
+      why.clear();
+      in.clear();
+      out.clear();
+    }
   } mapped_;
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
   bool claimsMade_ = false;          // the current op's rings are in driven_

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mp/mp_util.h"
+#include "support/temp_dir.h"
 
 namespace mp {
 
@@ -70,16 +71,7 @@ inline HelperRun runHelper(const char* helperVar, const std::string& dir,
   return run;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/snccl-log-XXXXXX";
-    path = mkdtemp(tmpl) ? tmpl : "";
-  }
-  ~TempDir() {
-    if (!path.empty()) (void)!std::system(("rm -rf '" + path + "'").c_str());
-  }
-};
+using TempDir = sntest::TempDir;
 
 inline std::string dump(const HelperRun& run) {
   std::string s;

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "mp/mp_util.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -501,17 +502,6 @@ std::set<std::string> shmEntries() {
   return out;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/snccl-mp-XXXXXX";
-    path = mkdtemp(tmpl) ? tmpl : "";
-  }
-  ~TempDir() {
-    if (!path.empty()) (void)!std::system(("rm -rf '" + path + "'").c_str());
-  }
-};
-
 // The communicator hashes the ranks logged ("commHash <16 hex>") and whether shm was used.
 std::set<std::string> loggedHashes(const std::string& dir, bool* sawShm, std::string* channels) {
   std::set<std::string> hashes;
@@ -538,7 +528,7 @@ enum class Ending { kDestroy, kAbort, kKillMidCollective, kKillBeforeFirstOp };
 void shmScenario(Ending ending) {
   const int n = 3, victim = 1;
   sntest::Watchdog dog(150, "shm scenario");
-  TempDir dir;
+  sntest::TempDir dir("snccl-mp");
   ASSERT_FALSE(dir.path.empty());
   std::set<std::string> before = shmEntries();
   std::vector<std::pair<std::string, std::string>> env = {{"SNCCL_TIMEOUT", "20"},

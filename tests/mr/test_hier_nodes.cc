@@ -15,7 +15,9 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
@@ -24,6 +26,7 @@
 
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -100,9 +103,9 @@ std::string show(const Edges& e) {
 }
 
 void runHier(int nranks, int perNode) {
-  char dirTemplate[] = "/tmp/snccl_hier_nodes.XXXXXX";
-  ASSERT_NE(mkdtemp(dirTemplate), nullptr);
-  const std::string dir = dirTemplate;
+  sntest::TempDir tmp("snccl-hier-nodes");
+  ASSERT_FALSE(tmp.path.empty()) << "mkdtemp: " << strerror(errno);
+  const std::string& dir = tmp.path;
   Cluster c;
   c.nranks = nranks;
   c.ranksPerNode = perNode;

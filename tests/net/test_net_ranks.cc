@@ -3,7 +3,9 @@
 // socket net and the proxy thread while ranks of one node use shm.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +14,7 @@
 
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -111,22 +114,18 @@ std::string readFile(const std::string& path) {
 // Runs `c` with NCCL_DEBUG=INFO for `subsys` into files of a fresh directory; returns
 // the logs of all ranks, concatenated.
 std::string runLogged(Cluster c, const std::string& subsys, const nettest::Body& body) {
-  char dir[] = "/tmp/snccl-netlog-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
+  sntest::TempDir dir("snccl-netlog");
+  if (dir.path.empty()) {
     ADD_FAILURE() << "mkdtemp: " << strerror(errno);
     return "";
   }
   c.env.push_back({"NCCL_DEBUG", "INFO"});
   c.env.push_back({"NCCL_DEBUG_SUBSYS", subsys});
-  c.env.push_back({"NCCL_DEBUG_FILE", std::string(dir) + "/log.%p"});
+  c.env.push_back({"NCCL_DEBUG_FILE", dir.path + "/log.%p"});
   Outcome o = nettest::runCluster(c, body);
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
   std::string all;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    all += readFile(e.path());
-    std::filesystem::remove(e.path());
-  }
-  std::filesystem::remove(dir);
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) all += readFile(e.path());
   return all;
 }
 

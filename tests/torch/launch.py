@@ -3,6 +3,7 @@ becomes a test failure (every process is killed), never a stuck test run."""
 import json
 import random
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -74,6 +75,7 @@ def run_ranks(script, world, timeout, args=(), env=None):
                 results.append(json.load(f))
         except (OSError, ValueError):
             results.append(None)
+    shutil.rmtree(outdir, ignore_errors=True)  # the logs are in `texts`, the results read
     if timed_out:
         raise AssertionError(f"{script} np={world} did not finish in {timeout} s (hang); logs:\n"
                              + "\n".join(f"--- rank {i}\n{t[-3000:]}" for i, t in enumerate(texts)))

@@ -33,9 +33,9 @@ const char* linkClassName(LinkClass c) {
 //    plus the kernel's TCP path: 8 B AllReduce over veth 17-24 us, one hop over loopback
 //    ~20 us (perf/calibrate, 2026-11-30 14:49, `direct` at 2 ranks on 2 nodes). With reno
 //    (SNCCL_SOCKET_CC) and 512 KiB slots (SNCCL_NET_BUFFSIZE) every algorithm moves 1-64
-//    MiB at 3.0-3.4 GB/s bus bandwidth between two namespaces (2026-12-01 06:05 UTC, 3
-//    rounds: 1 MiB 317-387 us, 64 MiB 21-24 ms); with bbr and 128 KiB slots it was 1.5-2
-//    GB/s: 18 us, 3.2 GB/s.
+//    MiB at 2.7-3.3 GB/s bus bandwidth between two namespaces (2026-12-01, medians of 3
+//    rounds per algorithm: 1 MiB 317-387 us, 64 MiB 21-24 ms); with bbr and 128 KiB slots
+//    it was 1.5-2 GB/s: 18 us, 3.2 GB/s.
 //    perf/calibrate compares these with measurements (docs/algorithms.md).
 //  * switchUs: 4 and 8 processes on 2 CPUs (docs/performance.md, 2026-11-30): a small
 //    AllReduce by recursive doubling takes ~10 us per round at 2 ranks per CPU and ~25 us
