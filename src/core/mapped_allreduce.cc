@@ -67,7 +67,10 @@ Block blockOf(size_t count, int nranks, int r) {
 }
 
 // A copy whose destination is not read again soon: streaming stores skip reading each
-// destination line before overwriting it, a third of the traffic of a cached copy.
+// destination line before overwriting it, a third of the traffic of a cached copy. Not
+// fenced: the caller issues one _mm_sfence after its last streamCopy, before it tells
+// anyone the data is there (a fence per call waited for the write-combining buffers to
+// drain after every 64 KiB piece).
 void streamCopy(char* dst, const char* src, size_t bytes) {
   size_t head = std::min(bytes, size_t((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16));
   std::memcpy(dst, src, head);
@@ -82,7 +85,6 @@ void streamCopy(char* dst, const char* src, size_t bytes) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
     _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
   }
-  _mm_sfence();
   std::memcpy(dst + i, src + i, bytes - i);
 }
 
@@ -166,6 +168,9 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
     }
     for (int d = 0; d < n; ++d) streamCopy(mapped_.out[size_t((me + d) % n)] + off, tmp, len * es);
   }
+  // The streaming stores are weakly ordered: make them globally visible before the "done"
+  // that lets peers read their outputs (and lets this rank return).
+  _mm_sfence();
   return OkStatus();
 }
 
