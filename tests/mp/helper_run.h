@@ -7,8 +7,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -32,32 +30,21 @@ struct HelperRun {
 inline HelperRun runHelper(const char* helperVar, const std::string& dir,
                            const std::vector<std::pair<std::string, std::string>>& env, int timeoutSec = 60) {
   HelperRun run;
-  std::fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (const char* v : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SNCCL_DEBUG", "SNCCL_DEBUG_SUBSYS",
-                          "SNCCL_DEBUG_FILE"})
-      unsetenv(v);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    setenv(helperVar, "1", 1);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1);  // stdout output (no NCCL_DEBUG_FILE) is not ours to check here
-    execl("/proc/self/exe", helperVar, (char*)nullptr);
-    _exit(127);
-  }
-  run.pid = pid;
-  double deadline = mp::nowSec() + timeoutSec;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (mp::nowSec() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "helper hung";
-      break;
-    }
-    usleep(2000);
-  }
-  run.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::string how;
+  run.rc = mp::runChild(
+      [&] {
+        for (const char* v : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SNCCL_DEBUG",
+                              "SNCCL_DEBUG_SUBSYS", "SNCCL_DEBUG_FILE"})
+          unsetenv(v);
+        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+        setenv(helperVar, "1", 1);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);  // stdout output (no NCCL_DEBUG_FILE) is not ours to check here
+        execl("/proc/self/exe", helperVar, (char*)nullptr);
+        return 127;
+      },
+      timeoutSec, &how, &run.pid);
+  if (run.rc == -1) ADD_FAILURE() << "helper " << helperVar << " " << how;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] == '.') continue;

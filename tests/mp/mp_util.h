@@ -136,12 +136,15 @@ inline std::vector<int> allgatherInts(ncclComm_t comm, int mine) {
 }
 
 // Forks a child that runs fn and exits with its return value; a crash or a hang beyond
-// timeoutSec is reported. Returns the exit code, or 128 + signal, or -1 on timeout.
-inline int runChild(const std::function<int()>& fn, int timeoutSec = 60, std::string* how = nullptr) {
+// timeoutSec is reported. Returns the exit code, or 128 + signal, or -1 on timeout (-2:
+// no fork). childPid, when given, gets the child's pid.
+inline int runChild(const std::function<int()>& fn, int timeoutSec = 60, std::string* how = nullptr,
+                    pid_t* childPid = nullptr) {
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = fork();
   if (pid < 0) return -2;
+  if (childPid != nullptr) *childPid = pid;
   if (pid == 0) {
     int rc = 99;
     rc = fn();
