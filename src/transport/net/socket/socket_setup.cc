@@ -35,10 +35,7 @@ uint64_t randomNonce() {
   return (uint64_t(rd()) << 32) ^ rd();
 }
 
-}  // namespace
-
-namespace {
-
+// The first line of a /proc file (what it lists), for messages.
 std::string procLine(const char* path) {
   std::ifstream f(path);
   std::string line;
@@ -56,10 +53,11 @@ Status checkCongestion(const std::string& name) {
   int err = errno;
   ::close(fd);
   if (rc == 0) return OkStatus();
+  const std::string available = procLine("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  const std::string allowed = procLine("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
   return InvalidArgument("SNCCL_SOCKET_CC=%s: the kernel refuses this TCP congestion control (%s); available: %s; "
                          "allowed without CAP_NET_ADMIN: %s; set SNCCL_SOCKET_CC= (empty) for the system default",
-                         name.c_str(), strerror(err), procLine("/proc/sys/net/ipv4/tcp_available_congestion_control").c_str(),
-                         procLine("/proc/sys/net/ipv4/tcp_allowed_congestion_control").c_str());
+                         name.c_str(), strerror(err), available.c_str(), allowed.c_str());
 }
 
 Result<SocketTuning> socketTuningFromParams() {
