@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/process.h"
+#include "common/process_barrier.h"
 #include "common/params.h"
 #include "common/wait.h"
 #include "core/executor.h"
@@ -174,6 +175,7 @@ PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
   info.numa = topo::currentNumaNode();
   info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
   info.singleCopyBytes = std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes));
+  info.processBarrier = params::getInt(params::Id::Membarrier) != 0 && registerProcessBarrier();
   gethostname(info.hostname, sizeof info.hostname - 1);
   return info;
 }

@@ -5,6 +5,7 @@
 
 #include <new>
 
+#include "common/process_barrier.h"
 #include "common/wait.h"
 
 namespace snccl {
@@ -18,6 +19,7 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
       slotBytes_(ctrl->slotBytes),
       inline_(memory_ && memory_->inlineMessages()),
       drivable_(memory_ && memory_->drivable()),
+      light_(memory_ && memory_->lightPublish()),
       peer_(peer),
       peerPid_(peerPid),
       transport_(transport) {}
@@ -31,33 +33,60 @@ void Connection::post(uint32_t bytes, uint64_t sig) {
     e.isInline = bytes <= kInlineBytes;
     e.seq.store(step_, std::memory_order_release);  // the receiver polls this
   }
-  // seq_cst store + seq_cst load of the sleeping flag pair with the receiver's
-  // store-flag-then-load-tail: one of the two sides always sees the other.
-  ctrl_->tail.store(step_, std::memory_order_seq_cst);
-  if (ctrl_->recvSleeping.load(std::memory_order_seq_cst)) {
-    ctrl_->tailSeq.fetch_add(1, std::memory_order_seq_cst);
-    futexWakeAll(&ctrl_->tailSeq);
-  }
+  publish(ctrl_->tail, ctrl_->recvSleeping, ctrl_->tailSeq);
 }
 
 void Connection::release() {
   ++step_;
-  ctrl_->head.store(step_, std::memory_order_seq_cst);
-  if (ctrl_->sendSleeping.load(std::memory_order_seq_cst)) {
-    ctrl_->headSeq.fetch_add(1, std::memory_order_seq_cst);
-    futexWakeAll(&ctrl_->headSeq);
+  publish(ctrl_->head, ctrl_->sendSleeping, ctrl_->headSeq);
+}
+
+// Store the counter, then load the peer's sleeping flag: the store must be visible before
+// the load (connection.h). With light publishing the peer's processBarrier() provides
+// that, so only the compiler must keep the order.
+void Connection::publish(std::atomic<uint64_t>& counter, std::atomic<uint32_t>& sleeping,
+                         std::atomic<uint32_t>& seq) {
+  bool asleep;
+  if (light_) {
+    counter.store(step_, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    asleep = sleeping.load(std::memory_order_relaxed) != 0;
+  } else {
+    counter.store(step_, std::memory_order_seq_cst);
+    asleep = sleeping.load(std::memory_order_seq_cst) != 0;
+  }
+  if (asleep) {
+    seq.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(&seq);
   }
 }
 
 void Connection::sleep(bool sender, int64_t timeoutUs) {
   std::atomic<uint32_t>& flag = sender ? ctrl_->sendSleeping : ctrl_->recvSleeping;
   std::atomic<uint32_t>& word = sender ? ctrl_->headSeq : ctrl_->tailSeq;
-  flag.store(1, std::memory_order_seq_cst);
+  if (!announced_) {
+    flag.store(1, std::memory_order_seq_cst);
+    // Without the barrier a publisher's counter store may still sit in its store buffer
+    // while its load saw no flag: do not sleep then, the caller polls again.
+    if (light_ && !processBarrier()) {
+      flag.store(0, std::memory_order_relaxed);
+      return;
+    }
+    announced_ = true;
+    sender_ = sender;
+  }
+  // The flag is visible to every later publish (it stays set across sleep slices), and
+  // every publish before the barrier is visible here: a counter that does not show the
+  // message yet will bump the futex word once it does.
   uint32_t seq = word.load(std::memory_order_seq_cst);
   bool ready = sender ? ctrl_->head.load(std::memory_order_seq_cst) + nsteps_ > step_
                       : ctrl_->tail.load(std::memory_order_seq_cst) > step_;
   if (!ready && !poisoned()) futexWait(&word, seq, timeoutUs);
-  flag.store(0, std::memory_order_relaxed);
+}
+
+void Connection::wakeUp() {
+  (sender_ ? ctrl_->sendSleeping : ctrl_->recvSleeping).store(0, std::memory_order_relaxed);
+  announced_ = false;
 }
 
 void Connection::poison(uint32_t code) {

@@ -8,9 +8,20 @@
 // once tail > s and frees it with head = s + 1. Memory per connection is therefore fixed
 // and a receiver can never be overrun. Counters never wrap in practice (2^64 messages).
 //
-// A sleeping end announces itself in {recv,send}Sleeping before re-checking the counter
-// (both sequentially consistent), so the other end knows to bump the futex word and wake
-// it: no lost wake-ups, and no system call when nobody sleeps.
+// A sleeping end announces itself in {recv,send}Sleeping before re-checking the counter,
+// and the other end, after publishing the counter, checks the flag to know whether to
+// bump the futex word and wake it: no system call when nobody sleeps. No wake-up is lost
+// as long as each side's store is visible before its load. Two ways to guarantee that:
+// - full fences on both sides (sequentially consistent store and load);
+// - "light publishing", on rings whose both ends are executors of processes registered
+//   for processBarrier() (common/process_barrier.h; ConnMemory::lightPublish): the
+//   publisher only keeps its compiler from reordering, and the sleeper, after its store,
+//   calls processBarrier(), which makes every publisher's earlier stores visible and any
+//   later load see the flag. A full fence on the publishing side stalls each message for
+//   the transfer of the cache lines it just wrote, most of the difference between 8-byte
+//   AllReduce and Open MPI here; a sleep happens only after the spin and yield budgets.
+// An end stays announced from its first sleep of a wait until it gets what it waited for
+// (a message or a credit), so a long wait pays for one barrier, not one per sleep slice.
 #pragma once
 
 #include <sys/types.h>
@@ -70,6 +81,9 @@ class ConnMemory {
   // (ConnFifoEntry::seq). Both ends are built by the same transport, so they agree.
   // A ring whose other end is a proxy thread (net) says no: the proxy reads slots.
   virtual bool inlineMessages() const { return false; }
+  // Whether both ends publish without a full fence and pay a processBarrier() before
+  // sleeping instead (header comment). Both ends must agree: transport.h lightPublish().
+  virtual bool lightPublish() const { return false; }
   // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
   // may instead be driven by the executor while it waits (net/proxy.h says why):
   // claimDrive() claims the ring for the calling thread, drive() then moves what can move
@@ -100,6 +114,8 @@ class Connection {
       cachedPeer_ = ctrl_->head.load(std::memory_order_acquire);
       if (step_ >= cachedPeer_ + nsteps_) return nullptr;
     }
+    if (announced_) [[unlikely]]
+      wakeUp();
     if (inline_ && bytes <= kInlineBytes) return ctrl_->fifo[step_ % nsteps_].data;
     return slots_ + (step_ % nsteps_) * slotBytes_;
   }
@@ -111,6 +127,8 @@ class Connection {
     const ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
     if (inline_) {
       if (e.seq.load(std::memory_order_acquire) != step_ + 1) return nullptr;
+      if (announced_) [[unlikely]]
+        wakeUp();
       *bytes = e.bytes;
       *sig = e.sig;
       return e.isInline ? e.data : slots_ + (step_ % nsteps_) * slotBytes_;
@@ -119,6 +137,8 @@ class Connection {
       cachedPeer_ = ctrl_->tail.load(std::memory_order_acquire);
       if (step_ >= cachedPeer_) return nullptr;
     }
+    if (announced_) [[unlikely]]
+      wakeUp();
     *bytes = e.bytes;
     *sig = e.sig;
     return slots_ + (step_ % nsteps_) * slotBytes_;
@@ -136,7 +156,8 @@ class Connection {
   }
 
   // Sleeps until the counter this end waits for moves, the connection is poisoned, or
-  // timeoutUs passes. `sender` says which end we are.
+  // timeoutUs passes. `sender` says which end we are. The end stays announced as a
+  // sleeper until trySendSlot/tryRecvSlot next succeed.
   void sleep(bool sender, int64_t timeoutUs);
 
   // Marks the connection failed for both ends and wakes any sleeper.
@@ -152,6 +173,9 @@ class Connection {
   bool drive() { return memory_->drive(); }
 
  private:
+  void publish(std::atomic<uint64_t>& counter, std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq);
+  void wakeUp();  // withdraws this end's sleep announcement
+
   ConnCtrl* ctrl_;
   char* slots_;
   std::unique_ptr<ConnMemory> memory_;
@@ -161,6 +185,9 @@ class Connection {
   uint64_t cachedPeer_ = 0;  // last seen head (sender) or tail (receiver)
   bool inline_;              // ConnMemory::inlineMessages()
   bool drivable_;            // ConnMemory::drivable()
+  bool light_;               // ConnMemory::lightPublish()
+  bool announced_ = false;   // this end's sleeping flag is set (sleep() until wakeUp())
+  bool sender_ = false;      // which flag: the end sleep() was called as
   int peer_;
   pid_t peerPid_;
   const char* transport_;

@@ -32,6 +32,8 @@ struct PeerInfo {
   int32_t minChannels;    // channel range this rank asks for (tuning::localChannelRange);
   int32_t maxChannels;    // the communicator uses the ranks' agreed one (agreeChannels)
   int64_t singleCopyBytes;  // SNCCL_SINGLE_COPY_BYTES: must agree on a mappable communicator
+  int32_t processBarrier;   // registered for processBarrier() and SNCCL_MEMBARRIER allows it: a ring
+                            // between two such ranks publishes without a full fence (connection.h)
   char hostname[64];
 };
 
@@ -45,6 +47,11 @@ struct ConnRequest {
   const PeerInfo* self;
   const PeerInfo* remote;
 };
+
+// Whether the ring between the two ranks of `req` publishes without a full fence
+// (Connection, "publishing"): only when both processes are registered for
+// processBarrier(). Both ends compute it from the same two PeerInfos, so they agree.
+inline bool lightPublish(const ConnRequest& req) { return req.self->processBarrier && req.remote->processBarrier; }
 
 // Receiver -> sender description of a ring (a shm name, a pointer in this process, ...).
 struct ConnBlob {

@@ -1,0 +1,147 @@
+// Connection's sleep/wake protocol on rings between two executors of one process (the
+// local transport), with and without light publishing (connection.h): two threads
+// ping-pong messages and go to sleep the moment a poll finds nothing, so every message
+// races with its receiver falling asleep. A lost wake-up would leave a sleeper until its
+// timeout with the message already there: counted, and must be zero. Counts, not timings:
+// the timeout (1 s) is far above any scheduling delay, and the watchdog bounds the test.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/process_barrier.h"
+#include "transport/transport.h"
+
+namespace snccl {
+namespace {
+
+constexpr int64_t kSleepUs = 1'000'000;
+
+struct Ring {
+  std::unique_ptr<Connection> send, recv;
+};
+
+Ring makeRing(const PeerInfo& a, const PeerInfo& b, uint32_t nsteps, uint32_t slotBytes) {
+  const TransportDef* local = findTransport("local");
+  EXPECT_NE(local, nullptr);
+  ConnRequest recvReq{0x5eed, 1, 0, 0, nsteps, slotBytes, &b, &a};
+  ConnRequest sendReq{0x5eed, 0, 1, 0, nsteps, slotBytes, &a, &b};
+  ConnBlob blob{};
+  auto recv = local->createRecv(recvReq, &blob);
+  EXPECT_TRUE(recv.ok()) << recv.status().message();
+  auto send = local->connectSend(sendReq, blob);
+  EXPECT_TRUE(send.ok()) << send.status().message();
+  return {std::move(*send), std::move(*recv)};
+}
+
+PeerInfo peer(int rank, bool barrier) {
+  PeerInfo p{};
+  p.rank = rank;
+  p.processToken = processToken();
+  p.hostHash = 1;
+  p.processBarrier = barrier ? 1 : 0;
+  return p;
+}
+
+struct Counts {
+  std::atomic<int> lostWakeUps{0};
+  std::atomic<int> badPayloads{0};
+  std::atomic<int64_t> sleeps{0};
+};
+
+// Sleeps on `c` as `sender` until it is ready; a sleep that lasted its whole timeout
+// while the connection was ready at its end is a lost wake-up.
+void waitOn(Connection& c, bool sender, Counts& counts) {
+  auto t0 = std::chrono::steady_clock::now();
+  c.sleep(sender, kSleepUs);
+  counts.sleeps.fetch_add(1);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  if (us >= kSleepUs / 2 && c.ready(sender)) counts.lostWakeUps.fetch_add(1);
+}
+
+void sendOne(Connection& c, uint64_t value, uint32_t bytes, Counts& counts) {
+  char* slot;
+  while ((slot = c.trySendSlot(bytes)) == nullptr) waitOn(c, true, counts);
+  std::memset(slot, 0, bytes);
+  std::memcpy(slot, &value, sizeof value);
+  c.post(bytes, value);
+}
+
+void recvOne(Connection& c, uint64_t expect, Counts& counts) {
+  const char* data;
+  uint32_t bytes = 0;
+  uint64_t sig = 0;
+  while ((data = c.tryRecvSlot(&bytes, &sig)) == nullptr) waitOn(c, false, counts);
+  uint64_t value;
+  std::memcpy(&value, data, sizeof value);
+  if (value != expect || sig != expect) counts.badPayloads.fetch_add(1);
+  c.release();
+}
+
+// Rank 0 sends i and waits for i back; rank 1 echoes. Messages alternate between inline
+// (8 B) and slot (256 B) sizes, both ways of the receiver's polling.
+void pingPong(bool light, int rounds) {
+  PeerInfo a = peer(0, light), b = peer(1, light);
+  Ring there = makeRing(a, b, 2, 4096), back = makeRing(b, a, 2, 4096);
+  ASSERT_TRUE(there.send && there.recv && back.send && back.recv);
+  Counts counts;
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1200 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!done.load()) {
+      std::fprintf(stderr, "test_connection: ping-pong stuck for 60 s (lost wake-up?)\n");
+      std::abort();
+    }
+  });
+  std::thread echo([&] {
+    for (int i = 0; i < rounds; ++i) {
+      recvOne(*there.recv, uint64_t(i) + 1, counts);
+      sendOne(*back.send, uint64_t(i) + 1, (i & 1) ? 256 : 8, counts);
+    }
+  });
+  for (int i = 0; i < rounds; ++i) {
+    sendOne(*there.send, uint64_t(i) + 1, (i & 1) ? 256 : 8, counts);
+    recvOne(*back.recv, uint64_t(i) + 1, counts);
+  }
+  echo.join();
+  done.store(true);
+  watchdog.join();
+  EXPECT_EQ(counts.lostWakeUps.load(), 0) << "sleeps that outlived a message already there";
+  EXPECT_EQ(counts.badPayloads.load(), 0);
+  // The threads did sleep (otherwise the test tested nothing): at least one per round
+  // trip on a machine where the other thread runs for ~1 us after each message.
+  EXPECT_GT(counts.sleeps.load(), rounds / 2) << "the threads barely slept: the protocol was not exercised";
+  std::printf("%s publishing: %d round trips, %lld sleeps\n", light ? "light" : "fenced", rounds,
+              (long long)counts.sleeps.load());
+}
+
+TEST(Connection, NoLostWakeUpWithFullFences) { pingPong(false, 20000); }
+
+TEST(Connection, NoLostWakeUpWithLightPublishing) {
+  if (!registerProcessBarrier()) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: this kernel (or its seccomp filter) refuses membarrier "
+                    "GLOBAL_EXPEDITED, so rings keep full fences and light publishing is never used";
+  }
+  pingPong(true, 20000);
+}
+
+// Both ends agree on the mode from the same two PeerInfos, and one unregistered process
+// keeps full fences for the pair.
+TEST(Connection, LightPublishingNeedsBothEnds) {
+  PeerInfo on0 = peer(0, true), on1 = peer(1, true), off1 = peer(1, false);
+  ConnRequest both{0, 0, 1, 0, 2, 64, &on0, &on1};
+  ConnRequest bothReverse{0, 1, 0, 0, 2, 64, &on1, &on0};
+  ConnRequest one{0, 0, 1, 0, 2, 64, &on0, &off1};
+  ConnRequest oneReverse{0, 1, 0, 0, 2, 64, &off1, &on0};
+  EXPECT_TRUE(lightPublish(both));
+  EXPECT_TRUE(lightPublish(bothReverse));
+  EXPECT_FALSE(lightPublish(one));
+  EXPECT_FALSE(lightPublish(oneReverse));
+}
+
+}  // namespace
+}  // namespace snccl
