@@ -89,6 +89,13 @@ Status finishInit(ncclComm* comm) {
           comm->nsteps, comm->slotBytes, params::def(geometry.stepsFrom).name,
           (long long)params::getInt(geometry.stepsFrom), params::def(geometry.buffFrom).name,
           (long long)params::getInt(geometry.buffFrom), spansNodes ? "span nodes" : "on one node");
+  SN_INFO(log::kInit, "rank %d: rings to ranks on this node publish %s", comm->rank,
+          comm->peers[comm->rank].processBarrier
+              ? "without a full fence where the peer's process is registered too; a rank about to sleep calls "
+                "membarrier(2) (SNCCL_MEMBARRIER=1)"
+              : (params::getInt(params::Id::Membarrier) != 0
+                     ? "with a full fence (this kernel refuses membarrier GLOBAL_EXPEDITED)"
+                     : "with a full fence (SNCCL_MEMBARRIER=0)"));
   std::vector<uint64_t> procs;  // which ranks are threads of one process
   std::vector<int> cpus;        // CPUs of each rank's host: more ranks than CPUs changes the picks
   std::vector<tuning::ChannelRange> ranges;  // what each rank asks for; all use the agreed one

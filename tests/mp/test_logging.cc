@@ -129,6 +129,36 @@ TEST(Logging, SilentWithoutNcclDebug) {
   EXPECT_TRUE(run.lines.empty()) << dump(run);
 }
 
+// INIT says how rings between ranks of this node publish (transport/connection.h): without
+// a full fence by default (or, on a kernel that refuses membarrier, with one and why), and
+// with one when SNCCL_MEMBARRIER=0.
+TEST(Logging, SaysHowRingsPublish) {
+  auto publishLines = [](const HelperRun& run) {
+    std::vector<std::string> out;
+    for (const std::string& l : run.lines)
+      if (l.find("rings to ranks on this node publish") != std::string::npos) out.push_back(l);
+    return out;
+  };
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  HelperRun byDefault = runHelper(kHelperVar, dir.path, {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", dir.path + "/d.%p"}});
+  ASSERT_EQ(byDefault.rc, 0) << dump(byDefault);
+  std::vector<std::string> lines = publishLines(byDefault);
+  ASSERT_EQ(lines.size(), 2u) << "one line per rank\n" << dump(byDefault);
+  for (const std::string& l : lines)
+    EXPECT_TRUE(l.find("without a full fence") != std::string::npos ||
+                l.find("this kernel refuses membarrier") != std::string::npos)
+        << l;
+  TempDir other;  // runHelper reads every file of its directory
+  ASSERT_FALSE(other.path.empty());
+  HelperRun fenced = runHelper(kHelperVar, other.path, {{"NCCL_DEBUG", "INFO"}, {"SNCCL_MEMBARRIER", "0"},
+                                                        {"NCCL_DEBUG_FILE", other.path + "/f.%p"}});
+  ASSERT_EQ(fenced.rc, 0) << dump(fenced);
+  lines = publishLines(fenced);
+  ASSERT_EQ(lines.size(), 2u) << dump(fenced);
+  for (const std::string& l : lines) EXPECT_NE(l.find("with a full fence (SNCCL_MEMBARRIER=0)"), std::string::npos) << l;
+}
+
 // The SNCCL_ spelling is an alias of the NCCL_ one.
 TEST(Logging, SncclAliases) {
   TempDir dir;
