@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <new>
 
 #include "common/process_barrier.h"
@@ -67,9 +68,11 @@ void Connection::sleep(bool sender, int64_t timeoutUs) {
   if (!announced_) {
     flag.store(1, std::memory_order_seq_cst);
     // Without the barrier a publisher's counter store may still sit in its store buffer
-    // while its load saw no flag: do not sleep then, the caller polls again.
+    // while its load saw no flag, so nobody would wake us: nap briefly instead (the caller
+    // polls again), never longer than 50 us.
     if (light_ && !processBarrier()) {
       flag.store(0, std::memory_order_relaxed);
+      futexWait(&word, word.load(std::memory_order_relaxed), std::min<int64_t>(timeoutUs, 50));
       return;
     }
     announced_ = true;

@@ -73,7 +73,8 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   blob->words[3] = bytes;
   char* slots = static_cast<char*>(base) + connCtrlBytes();
   touchPagesForRead(slots, bytes - connCtrlBytes());  // this end only reads the slots
-  return std::make_unique<Connection>(ctrl, slots, std::make_unique<Mapping>(base, bytes, fd, lightPublish(req)), req.peer, 0, "local");
+  return std::make_unique<Connection>(ctrl, slots, std::make_unique<Mapping>(base, bytes, fd, lightPublish(req)),
+                                      req.peer, 0, "local");
 }
 
 Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
@@ -99,7 +100,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   auto ctrl = static_cast<ConnCtrl*>(base);
   touchPagesForWrite(static_cast<char*>(base) + connCtrlBytes(), bytes - connCtrlBytes());  // nothing in flight yet
   return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
-                                      std::make_unique<Mapping>(base, bytes, -1, lightPublish(req)), req.peer, 0, "local");
+                                      std::make_unique<Mapping>(base, bytes, -1, lightPublish(req)), req.peer, 0,
+                                      "local");
 }
 
 }  // namespace

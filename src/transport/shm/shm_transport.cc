@@ -98,7 +98,8 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
           name.c_str(), req.nsteps, req.slotBytes);
   char* slots = static_cast<char*>(base) + connCtrlBytes();
   touchPagesForRead(slots, bytes - connCtrlBytes());  // this end only reads the slots
-  return std::make_unique<Connection>(ctrl, slots, std::make_unique<ShmMapping>(base, bytes, name, lightPublish(req)), req.peer,
+  return std::make_unique<Connection>(ctrl, slots,
+                                      std::make_unique<ShmMapping>(base, bytes, name, lightPublish(req)), req.peer,
                                       watchablePid(*req.self, *req.remote), "shm");
 }
 
@@ -127,8 +128,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   // No message is in flight yet; touching keeps every byte as it is anyway.
   touchPagesForWrite(static_cast<char*>(base) + connCtrlBytes(), bytes - connCtrlBytes());
   return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
-                                      std::make_unique<ShmMapping>(base, bytes, std::string(), lightPublish(req)), req.peer,
-                                      watchablePid(*req.self, *req.remote), "shm");
+                                      std::make_unique<ShmMapping>(base, bytes, std::string(), lightPublish(req)),
+                                      req.peer, watchablePid(*req.self, *req.remote), "shm");
 }
 
 }  // namespace
