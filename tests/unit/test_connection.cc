@@ -129,6 +129,45 @@ TEST(Connection, NoLostWakeUpWithLightPublishing) {
   pingPong(true, 20000);
 }
 
+// A wait sleeps in slices (the executor's are 1 ms). The end stays announced from its first
+// slice on, and a later slice skips the barrier: the flag must still be set then, or the
+// publisher would not wake it. Here the receiver's first slice times out with nothing
+// sent; its second (5 s) begins before the sender posts and must end with the post.
+void secondSliceIsWoken(bool light) {
+  PeerInfo a = peer(0, light), b = peer(1, light);
+  Ring ring = makeRing(a, b, 2, 4096);
+  ASSERT_TRUE(ring.send && ring.recv);
+  std::atomic<bool> firstSliceOver{false};
+  int64_t secondSliceUs = 0;
+  std::thread receiver([&] {
+    uint32_t bytes = 0;
+    uint64_t sig = 0;
+    if (ring.recv->tryRecvSlot(&bytes, &sig) != nullptr) return;
+    ring.recv->sleep(false, 2000);  // nothing is sent before this slice ends
+    firstSliceOver.store(true);
+    auto t0 = std::chrono::steady_clock::now();
+    ring.recv->sleep(false, 5'000'000);
+    secondSliceUs =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  });
+  while (!firstSliceOver.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the receiver is in its second slice
+  Counts counts;
+  sendOne(*ring.send, 7, 8, counts);
+  receiver.join();
+  EXPECT_LT(secondSliceUs, 2'500'000) << "the second sleep slice was not woken by the post (it ran "
+                                      << secondSliceUs << " us of its 5 s)";
+  recvOne(*ring.recv, 7, counts);
+  EXPECT_EQ(counts.badPayloads.load(), 0);
+}
+
+TEST(Connection, LaterSleepSliceIsWokenWithFullFences) { secondSliceIsWoken(false); }
+
+TEST(Connection, LaterSleepSliceIsWokenWithLightPublishing) {
+  if (!registerProcessBarrier()) GTEST_SKIP() << "SKIPPED LOUDLY: no membarrier GLOBAL_EXPEDITED here";
+  secondSliceIsWoken(true);
+}
+
 // Both ends agree on the mode from the same two PeerInfos, and one unregistered process
 // keeps full fences for the pair.
 TEST(Connection, LightPublishingNeedsBothEnds) {
