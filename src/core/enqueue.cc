@@ -139,9 +139,17 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
   return std::shared_ptr<const PreparedSchedule>(std::move(prep));
 }
 
+bool overlaps(const char* a, size_t na, const char* b, size_t nb) { return na && nb && a < b + nb && b < a + na; }
+
 Status bindBuffers(ncclComm* comm, ExecOp* e, void* input, void* output) {
   const std::vector<BufDesc>& bufs = e->sched->bufs;
   e->bufs.resize(bufs.size());
+  size_t inBytes = 0, outBytes = 0;
+  for (const BufDesc& b : bufs) {
+    if (b.role == BufRole::kInput) inBytes = std::max(inBytes, b.elems * e->elemSize);
+    if (b.role == BufRole::kOutput) outBytes = std::max(outBytes, b.elems * e->elemSize);
+  }
+  e->inputStable = !overlaps(static_cast<const char*>(input), inBytes, static_cast<const char*>(output), outBytes);
   for (size_t i = 0; i < bufs.size(); ++i) {
     if (bufs[i].role == BufRole::kInput) e->bufs[i] = static_cast<char*>(input);
     if (bufs[i].role == BufRole::kOutput) e->bufs[i] = static_cast<char*>(output);
@@ -195,8 +203,6 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   return OkStatus();
 }
 
-bool overlaps(const char* a, size_t na, const char* b, size_t nb) { return na && nb && a < b + nb && b < a + na; }
-
 // A send whose buffer overlaps a receive buffer of the same group (nccl-tests' in-place
 // sendrecv uses one buffer for both) is sent from a copy taken when the operation
 // starts: lanes progress independently, so a receive could otherwise overwrite data
@@ -249,6 +255,8 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
     e.bufs[i] = ops[i]->isSend ? static_cast<char*>(const_cast<void*>(ops[i]->sendbuff))
                                : static_cast<char*>(ops[i]->recvbuff);
   SNCCL_TRY(stageOverlappingSends(comm, ops, p2p, &e));
+  // Sends read user buffers that no receive of the group writes (or staged copies).
+  e.inputStable = true;
   return e;
 }
 

@@ -19,6 +19,9 @@ namespace snccl {
 
 namespace {
 constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds reaction time
+// Smallest kSend chunk sent from the user's memory on a net ring (Connection::postAt):
+// below it the copy into the slot is cheaper than waiting for the send at the op's end.
+constexpr size_t kSendAtPointerMin = 32 * 1024;
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
 
 // " after rank N (pid P, host H) failed" when a failure that `peer` passed on (a poisoned
@@ -123,6 +126,16 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
   const bool scale = op.sched->reduces && op.sched->bufs[st.src.buf].role == BufRole::kInput;
   switch (st.prim) {
     case Prim::kSend:
+      // A large chunk of an input the op never writes leaves from where it is: on a net
+      // ring the copy into the slot costs as much CPU as the kernel's own copy (both
+      // cores are busy over TCP). The op then ends only once the send is done.
+      if (sc->sendsAtPointers() && op.inputStable && !(scale && op.op.hasScalar) && bytes >= kSendAtPointerMin &&
+          op.sched->bufs[st.src.buf].role == BufRole::kInput) {
+        sc->postAt(src, static_cast<uint32_t>(bytes), op.sig);
+        if (std::find(atPointer_.begin(), atPointer_.end(), sc) == atPointer_.end()) atPointer_.push_back(sc);
+        sc = nullptr;  // posted
+        break;
+      }
       kernels::copy(out, src, st.count, op.dt, op.op, scale, false);
       break;
     case Prim::kRecv:
@@ -164,6 +177,7 @@ Result<bool> CommRunner::progress() {
       opStartNs_ = Backoff::nowNs();
       started_ = true;
       claimsMade_ = false;
+      atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
     }
     if (!claimsMade_) claimDriven(op);
@@ -192,10 +206,25 @@ Result<bool> CommRunner::progress() {
       if (i < steps.size()) allDone = false;
     }
     if (!allDone) return false;
+    // Sends from the user's memory must be done before the op is: the user may change
+    // that memory as soon as the call returns.
+    for (Connection* c : atPointer_) {
+      if (!c->sendsDone()) {
+        blockedConn_ = c, blockedSender_ = true;
+        return false;
+      }
+    }
+    atPointer_.clear();
     ++opIndex_;
     started_ = false;
   }
   return true;
+}
+
+void CommRunner::quiesceSends() {
+  for (Connection* c : atPointer_)
+    if (!c->sendsDone()) c->quiesce();
+  atPointer_.clear();
 }
 
 void CommRunner::claimDriven(const ExecOp& op) {
@@ -444,8 +473,10 @@ Status runRunners(std::span<CommRunner*> runners) {
   if (st.ok()) st = connectAll(runners);
   if (st.ok()) st = runLoop(runners);
   // A failure in a group is fatal to every communicator of the group (NCCL semantics).
-  if (!st.ok())
+  if (!st.ok()) {
     for (CommRunner* r : runners) commSetError(r->comm(), st);
+    for (CommRunner* r : runners) r->quiesceSends();  // after the poison commSetError set
+  }
   // After the poison: the last passes over the net rings then send the ABORT frames (with
   // the failure's origin) from this thread, before the caller can report or abort
   // anything else, instead of waiting for the proxy to notice the poison.

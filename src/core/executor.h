@@ -35,6 +35,10 @@ struct ExecOp {
     size_t bytes;
   };
   std::vector<PreCopy> preCopies;
+  // The operation never writes its kInput buffer (out of place, or a send whose buffer no
+  // receive of the group overlaps), so a net send may read it in place until the
+  // operation ends (Connection::postAt).
+  bool inputStable = false;
   ncclDataType_t dt = ncclFloat32;
   size_t elemSize = 4;
   kernels::RedOpSpec op;
@@ -85,6 +89,10 @@ class CommRunner {
   // Hands those rings back to the proxy: before sleeping (`waiting`), and when the
   // runner stops.
   void releaseDriven(bool waiting);
+  // After a failure (the rings are poisoned): returns once no net ring reads user memory
+  // that the current op named for sending (Connection::postAt), so that the call may
+  // return and the user free it.
+  void quiesceSends();
   uint64_t ticket() const { return ticket_; }
 
  private:
@@ -115,6 +123,8 @@ class CommRunner {
   bool blockedSender_ = false;
   int64_t lastLivenessCheckNs_ = 0;
   std::vector<Connection*> driven_;  // claimed net rings; only this runner's thread drives them
+  // Rings the current op sent user memory through (postAt): it ends only once they are done.
+  std::vector<Connection*> atPointer_;
   struct MappedState {
     int phase = 0;     // MappedPhase (mapped_allreduce.cc)
     int next = 1;      // the next peer distance (1 .. nranks-1) within the phase

@@ -21,6 +21,7 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
       inline_(memory_ && memory_->inlineMessages()),
       drivable_(memory_ && memory_->drivable()),
       light_(memory_ && memory_->lightPublish()),
+      atPointers_(memory_ && memory_->sendsAtPointers()),
       peer_(peer),
       peerPid_(peerPid),
       transport_(transport) {}
@@ -29,11 +30,21 @@ void Connection::post(uint32_t bytes, uint64_t sig) {
   ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
   e.bytes = bytes;
   e.sig = sig;
+  // Set on every ring: an entry reused after a postAt must not keep its kAtPointer.
+  e.where = inline_ && bytes <= kInlineBytes ? kInline : kInSlot;
   ++step_;
-  if (inline_) {
-    e.isInline = bytes <= kInlineBytes;
-    e.seq.store(step_, std::memory_order_release);  // the receiver polls this
-  }
+  if (inline_) e.seq.store(step_, std::memory_order_release);  // the receiver polls this
+  publish(ctrl_->tail, ctrl_->recvSleeping, ctrl_->tailSeq);
+}
+
+void Connection::postAt(const char* src, uint32_t bytes, uint64_t sig) {
+  ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
+  e.bytes = bytes;
+  e.sig = sig;
+  e.where = kAtPointer;
+  e.at = src;
+  ++step_;
+  lastAtPointer_ = step_;
   publish(ctrl_->tail, ctrl_->recvSleeping, ctrl_->tailSeq);
 }
 
@@ -82,7 +93,7 @@ void Connection::sleep(bool sender, int64_t timeoutUs) {
   // every publish before the barrier is visible here: a counter that does not show the
   // message yet will bump the futex word once it does.
   uint32_t seq = word.load(std::memory_order_seq_cst);
-  bool ready = sender ? ctrl_->head.load(std::memory_order_seq_cst) + nsteps_ > step_
+  bool ready = sender ? senderReady(ctrl_->head.load(std::memory_order_seq_cst))
                       : ctrl_->tail.load(std::memory_order_seq_cst) > step_;
   if (!ready && !poisoned()) futexWait(&word, seq, timeoutUs);
 }

@@ -41,14 +41,24 @@ constexpr uint32_t kMaxSteps = 64;
 // most of a small message's latency between cores.
 constexpr uint32_t kInlineBytes = 40;
 
+// Where a message's bytes are (ConnFifoEntry::where).
+enum : uint32_t {
+  kInSlot = 0,    // the slot of its step
+  kInline = 1,    // ConnFifoEntry::data (inline rings)
+  kAtPointer = 2  // ConnFifoEntry::at, memory of the sending process (pointer-send rings)
+};
+
 struct alignas(64) ConnFifoEntry {
   // Inline rings only: message number + 1 once the entry (and its slot) is complete;
   // written last, with release order, by the sender.
   std::atomic<uint64_t> seq;
   uint32_t bytes;
-  uint32_t isInline;  // the data is in `data`, not in the slot
-  uint64_t sig;       // signature of the operation that sent the message (0: unchecked)
-  char data[kInlineBytes];
+  uint32_t where;  // kInSlot, kInline or kAtPointer
+  uint64_t sig;    // signature of the operation that sent the message (0: unchecked)
+  union {
+    char data[kInlineBytes];
+    const char* at;
+  };
 };
 static_assert(sizeof(ConnFifoEntry) == 64, "one fifo entry per cache line");
 
@@ -84,6 +94,16 @@ class ConnMemory {
   // Whether both ends publish without a full fence and pay a processBarrier() before
   // sleeping instead (header comment). Both ends must agree: transport.h lightPublish().
   virtual bool lightPublish() const { return false; }
+  // Whether the ring's other end can send a message straight from memory of this process
+  // (Connection::postAt), so that an operation's input need not be copied into a slot.
+  // Only the net rings, whose other end is the proxy thread of this process, and only
+  // with a plugin that sends from any host memory (no registration).
+  virtual bool sendsAtPointers() const { return false; }
+  // Returns once the other end will not touch memory named by postAt any more: after the
+  // ring was poisoned, it lets the other end see the poison (net: under its drive lock),
+  // which drops whatever it still had to send. Called on failure, before the operation
+  // returns to the user, who may then free that memory.
+  virtual void quiesce() {}
   // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
   // may instead be driven by the executor while it waits (net/proxy.h says why):
   // claimDrive() claims the ring for the calling thread, drive() then moves what can move
@@ -121,6 +141,22 @@ class Connection {
   }
   // Sender: publishes the message written where trySendSlot(bytes) said.
   void post(uint32_t bytes, uint64_t sig);
+  // Sender, on a sendsAtPointers() ring, after trySendSlot(bytes) returned a slot (the
+  // credit; the slot stays unused): publishes a message whose bytes stay at `src` until
+  // sendsDone(). The caller keeps them unchanged until then.
+  void postAt(const char* src, uint32_t bytes, uint64_t sig);
+  bool sendsAtPointers() const { return atPointers_; }
+  // Whether the other end has finished with every message posted with postAt (their
+  // slots are free again: head has passed them). While false, a sender that sleeps waits
+  // for that (ready(true) includes it).
+  bool sendsDone() {
+    if (ctrl_->head.load(std::memory_order_acquire) < lastAtPointer_) return false;
+    lastAtPointer_ = 0;
+    return true;
+  }
+  void quiesce() {
+    if (memory_) memory_->quiesce();
+  }
 
   // Receiver: the next message, or nullptr when none has arrived.
   const char* tryRecvSlot(uint32_t* bytes, uint64_t* sig) {
@@ -131,7 +167,7 @@ class Connection {
         wakeUp();
       *bytes = e.bytes;
       *sig = e.sig;
-      return e.isInline ? e.data : slots_ + (step_ % nsteps_) * slotBytes_;
+      return e.where == kInline ? e.data : slots_ + (step_ % nsteps_) * slotBytes_;
     }
     if (step_ >= cachedPeer_) {
       cachedPeer_ = ctrl_->tail.load(std::memory_order_acquire);
@@ -151,7 +187,7 @@ class Connection {
   // messages before it went: they are still to be consumed, so its death only matters
   // while this is false.
   bool ready(bool sender) const {
-    return sender ? ctrl_->head.load(std::memory_order_acquire) + nsteps_ > step_
+    return sender ? senderReady(ctrl_->head.load(std::memory_order_acquire))
                   : ctrl_->tail.load(std::memory_order_acquire) > step_;
   }
 
@@ -173,6 +209,8 @@ class Connection {
   bool drive() { return memory_->drive(); }
 
  private:
+  // A free slot, and every message sent from a pointer done (0 when none is pending).
+  bool senderReady(uint64_t head) const { return head + nsteps_ > step_ && head >= lastAtPointer_; }
   void publish(std::atomic<uint64_t>& counter, std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq);
   void wakeUp();  // withdraws this end's sleep announcement
 
@@ -186,6 +224,8 @@ class Connection {
   bool inline_;              // ConnMemory::inlineMessages()
   bool drivable_;            // ConnMemory::drivable()
   bool light_;               // ConnMemory::lightPublish()
+  bool atPointers_;          // ConnMemory::sendsAtPointers()
+  uint64_t lastAtPointer_ = 0;  // step after the last postAt message not yet known done
   bool announced_ = false;   // this end's sleeping flag is set (sleep() until wakeUp())
   bool sender_ = false;      // which flag: the end sleep() was called as
   int peer_;

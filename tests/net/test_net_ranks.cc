@@ -104,6 +104,53 @@ TEST(NetRanks, IdleGapsBetweenOperationsLoseNothing) {
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 
+// Large chunks of an input the operation does not write leave from the user's buffer
+// (SNCCL_NET_SEND_USER_BUFFERS, Connection::postAt). The call must still return only once
+// the net no longer reads that buffer: each rank overwrites its input the moment the call
+// returns, and the peer must have received the values from before. 16 MiB is 32 slots'
+// worth, far more than the net holds in flight when the sender's call could return early.
+TEST(NetRanks, InputMayChangeOnceTheCallReturns) {
+  Outcome o = nettest::runCluster(loopback(2, 1), [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+    const size_t count = 4u << 20;  // floats
+    std::vector<float> in(count), out(count);
+    std::string err;
+    auto fill = [&](float base) {
+      for (size_t i = 0; i < count; ++i) in[i] = base + float(i % 1000);
+    };
+    auto checkReceived = [&](float base) {
+      for (size_t i = 0; i < count && err.empty(); ++i)
+        if (out[i] != base + float(i % 1000))
+          err = "Recv: element " + std::to_string(i) + " is " + std::to_string(out[i]);
+    };
+    for (int it = 0; it < 3 && err.empty(); ++it) {
+      // Send/receive, one direction per iteration parity.
+      const int sender = it % 2;
+      fill(float(1000 * (it + 1)));
+      ncclResult_t r = rank == sender ? ncclSend(in.data(), count, ncclFloat, 1 - sender, comm, nullptr)
+                                      : ncclRecv(out.data(), count, ncclFloat, sender, comm, nullptr);
+      std::memset(in.data(), 0xff, count * sizeof(float));  // NaNs from here on
+      if (r != ncclSuccess) err = std::string("send/recv: ") + ncclGetErrorString(r);
+      if (err.empty() && rank != sender) checkReceived(float(1000 * (it + 1)));
+      // AllReduce out of place: every rank sends chunks of its input to the other.
+      fill(float(10 * (it + 1)));
+      r = ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+      std::memset(in.data(), 0xff, count * sizeof(float));
+      if (r != ncclSuccess && err.empty()) err = std::string("allreduce: ") + ncclGetErrorString(r);
+      if (err.empty()) {
+        for (size_t i = 0; i < count && err.empty(); ++i) {
+          float want = float(n) * (float(10 * (it + 1)) + float(i % 1000));
+          if (out[i] != want)
+            err = "AllReduce: element " + std::to_string(i) + " is " + std::to_string(out[i]) + ", not " +
+                  std::to_string(want);
+        }
+      }
+    }
+    nettest::report(sh, rank, err.empty() ? 0 : 1, err);
+    return err.empty();
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -239,13 +286,16 @@ TEST(NetRanks, KilledPeerGivesErrorsNotHangs) {
   c.env[1] = {"SNCCL_TIMEOUT", "30"};
   c.timeoutSec = 120;
   Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
-    std::vector<float> buf(1 << 16, 1.0f);
+    // Out of place and 4 MiB: the survivors' sends to each other leave from `in`
+    // itself (Connection::postAt), so the failure also takes the path that makes the net
+    // let go of user memory before the call returns (CommRunner::quiesceSends).
+    std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
     for (int it = 0; it < 100000; ++it) {
       if (rank == 2 && it == 20) {
         sh->r[rank].tEnd = nettest::nowSec();
         raise(SIGKILL);
       }
-      ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclMax, comm, nullptr);
+      ncclResult_t res = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclMax, comm, nullptr);
       if (res != ncclSuccess) {
         nettest::report(sh, rank, res, ncclGetLastError(nullptr));
         sh->r[rank].iters = it;

@@ -137,8 +137,11 @@ bool SendEntry::progress() {
   seen_ = tail;
   while (posted_ < tail) {
     const ConnFifoEntry& e = ring_.ctrl->fifo[posted_ % ring_.nsteps];
+    // A message posted with Connection::postAt is sent from the executor's memory, which
+    // stays unchanged until head passes it (the operation waits for that).
+    void* data = e.where == kAtPointer ? const_cast<char*>(e.at) : ring_.slot(posted_);
     Request* r = nullptr;
-    Status s = net_->isend(comm_, ring_.slot(posted_), e.bytes, 0, e.sig, nullptr, &r);
+    Status s = net_->isend(comm_, data, e.bytes, 0, e.sig, nullptr, &r);
     if (!s.ok()) {
       fail(s);
       return true;

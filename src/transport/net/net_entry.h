@@ -2,7 +2,8 @@
 // net comm, one per direction.
 //
 // The executor sees an ordinary ring in local memory. On the sending rank the proxy plays
-// the ring's receiver: it isends every slot the executor posted (tail) and frees the slot
+// the ring's receiver: it isends every slot the executor posted (tail), or the executor's
+// own memory that the fifo entry names instead (Connection::postAt), and frees the slot
 // (head) when the send completed. On the receiving rank it plays the ring's sender: it
 // posts an irecv for every free slot (up to nsteps ahead of head) and publishes tail when
 // data has arrived, re-posting after the executor releases the slot. The irecvs are the

@@ -30,7 +30,8 @@ using net::Proxy;
 // waits (net/proxy.h).
 class NetRing : public ConnMemory {
  public:
-  NetRing(void* base, size_t bytes) : base_(base), bytes_(bytes), proxy_(&Proxy::instance()) {}
+  NetRing(void* base, size_t bytes, bool atPointers)
+      : base_(base), bytes_(bytes), atPointers_(atPointers), proxy_(&Proxy::instance()) {}
   ~NetRing() override {
     if (entry_ != nullptr) proxy_->release(entry_);
     munmap(base_, bytes_);
@@ -41,6 +42,10 @@ class NetRing : public ConnMemory {
     if (entry_->unclaimAfterDriving(waiting)) proxy_->unclaimed();
   }
   bool drive() override { return entry_->tryDrive(); }
+  bool sendsAtPointers() const override { return atPointers_; }
+  void quiesce() override {
+    if (entry_ != nullptr) entry_->quiesce();
+  }
   void setEntry(net::ProxyEntry* e) { entry_ = e; }
   ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
   char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
@@ -50,18 +55,19 @@ class NetRing : public ConnMemory {
  private:
   void* base_;
   size_t bytes_;
+  bool atPointers_;  // a send ring whose plugin sends unregistered host memory
   Proxy* proxy_;  // this process's (Proxy::instance() takes a lock: not on the hot path)
   net::ProxyEntry* entry_ = nullptr;
   net::FailureNote note_;  // written by the entry, which release() detaches before it goes
 };
 
-Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req) {
+Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req, bool atPointers) {
   size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (base == MAP_FAILED) return ErrnoError(errno, "net transport: mmap of a %zu-byte ring failed", bytes);
   touchPagesForWrite(base, bytes);  // the proxy writes received slots, the executor sent ones
   initConnCtrl(static_cast<ConnCtrl*>(base), req.nsteps, req.slotBytes);
-  return std::make_unique<NetRing>(base, bytes);
+  return std::make_unique<NetRing>(base, bytes, atPointers);
 }
 
 Result<net::Net*> netFor(const ConnRequest& req) {
@@ -87,7 +93,7 @@ bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.proces
 
 Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
-  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req));
+  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req, false));
   net::Handle handle{};
   net::ListenComm* listen = nullptr;
   SNCCL_TRY(n->listen(0, &handle, &listen));
@@ -123,7 +129,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
                         req.rank, req.peer, req.nsteps, req.slotBytes, (unsigned long long)blob.words[0],
                         (unsigned long long)blob.words[1]);
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
-  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req));
+  SNCCL_ASSIGN_OR_RETURN(
+      auto ring, allocRing(req, n->sendsUnregisteredHostMemory() && params::getInt(params::Id::NetSendUserBuffers) != 0));
   net::Handle handle{};
   std::memcpy(handle.bytes, blob.name, sizeof blob.name);
   net::RingView view = ring->view(req);

@@ -77,6 +77,13 @@ class ProxyEntry {
     std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
     return lock.owns_lock() && progress();
   }
+  // Waits for whoever drives the entry (the proxy may be mid-pass) and runs one pass
+  // itself: after the ring was poisoned, that pass sees the poison and drops every
+  // request, so the entry no longer reads memory the executor named (postAt).
+  void quiesce() {
+    std::lock_guard<std::mutex> lock(driveMu_);
+    progress();
+  }
   // Gives the claim up after a last few passes (an operation's final send is usually
   // posted but not yet written). Returns whether the proxy must be woken to take over:
   // always when `waiting` (the claimant is about to sleep on this ring), otherwise only
