@@ -151,6 +151,48 @@ TEST(NetRanks, InputMayChangeOnceTheCallReturns) {
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 
+// A send from the user's buffer that cannot finish: the receiving process is stopped, so
+// nothing drains its sockets. The operation must still end with an error (the socket's
+// user timeout, SNCCL_TIMEOUT/2, names it: "timed out"), after making the net drop that
+// buffer (CommRunner::quiesceSends, which here finds the send still pending), instead of
+// waiting for the send forever. 16 MiB slots put 64 MiB in flight at once, far more than
+// the sockets between the two processes hold.
+TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
+  Cluster c = loopback(2, 1);
+  c.env[1] = {"SNCCL_TIMEOUT", "3"};
+  c.env.push_back({"SNCCL_NET_BUFFSIZE", "67108864"});
+  c.timeoutSec = 120;
+  auto body = [](ncclComm_t comm, int rank, int, Shared* sh, bool* abort) {
+    float x = 1, y = 0;  // connects both directions and posts the receiver's credits
+    if (ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) {
+      nettest::report(sh, rank, 1, std::string("first allreduce: ") + ncclGetLastError(comm));
+      return false;
+    }
+    if (rank == 1) {
+      __atomic_store_n(&sh->r[1].iters, 1, __ATOMIC_SEQ_CST);  // ready to be stopped
+      for (;;) pause();                                        // then killed
+    }
+    while (__atomic_load_n(&sh->go, __ATOMIC_SEQ_CST) == 0) usleep(1000);
+    std::vector<float> buf(16u << 20, 1.0f);  // 64 MiB
+    ncclResult_t r = ncclSend(buf.data(), buf.size(), ncclFloat, 1, comm, nullptr);
+    nettest::report(sh, 0, r, ncclGetLastError(comm));
+    *abort = true;
+    return r != ncclSuccess;
+  };
+  auto supervise = [](Shared* sh, const std::vector<pid_t>& pids) {
+    // Bounded by the cluster's watchdog, which kills every rank.
+    while (__atomic_load_n(&sh->r[1].iters, __ATOMIC_SEQ_CST) == 0) usleep(1000);
+    kill(pids[1], SIGSTOP);
+    __atomic_store_n(&sh->go, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&sh->r[0].code, __ATOMIC_SEQ_CST) == -1) usleep(1000);
+    kill(pids[1], SIGKILL);
+  };
+  Outcome o = nettest::runCluster(c, body, supervise);
+  EXPECT_TRUE(WIFEXITED(o.status[0]) && WEXITSTATUS(o.status[0]) == 0) << o.describe();
+  EXPECT_EQ(o.reports[0].code, ncclRemoteError) << o.describe();
+  EXPECT_NE(std::string(o.reports[0].msg).find("timed out"), std::string::npos) << o.describe();
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
