@@ -27,24 +27,23 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
       transport_(transport) {}
 
 void Connection::post(uint32_t bytes, uint64_t sig) {
+  postEntry(bytes, sig, inline_ && bytes <= kInlineBytes ? kInline : kInSlot, nullptr);
+}
+
+void Connection::postAt(const char* src, uint32_t bytes, uint64_t sig) {
+  postEntry(bytes, sig, kAtPointer, src);
+  lastAtPointer_ = step_;  // executor-local: only sendsDone() and senderReady() read it
+}
+
+void Connection::postEntry(uint32_t bytes, uint64_t sig, uint32_t where, const char* at) {
   ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
   e.bytes = bytes;
   e.sig = sig;
   // Set on every ring: an entry reused after a postAt must not keep its kAtPointer.
-  e.where = inline_ && bytes <= kInlineBytes ? kInline : kInSlot;
+  e.where = where;
+  if (where == kAtPointer) e.at = at;
   ++step_;
   if (inline_) e.seq.store(step_, std::memory_order_release);  // the receiver polls this
-  publish(ctrl_->tail, ctrl_->recvSleeping, ctrl_->tailSeq);
-}
-
-void Connection::postAt(const char* src, uint32_t bytes, uint64_t sig) {
-  ConnFifoEntry& e = ctrl_->fifo[step_ % nsteps_];
-  e.bytes = bytes;
-  e.sig = sig;
-  e.where = kAtPointer;
-  e.at = src;
-  ++step_;
-  lastAtPointer_ = step_;
   publish(ctrl_->tail, ctrl_->recvSleeping, ctrl_->tailSeq);
 }
 

@@ -211,6 +211,8 @@ class Connection {
  private:
   // A free slot, and every message sent from a pointer done (0 when none is pending).
   bool senderReady(uint64_t head) const { return head + nsteps_ > step_ && head >= lastAtPointer_; }
+  // Fills the next fifo entry and publishes it (post, postAt).
+  void postEntry(uint32_t bytes, uint64_t sig, uint32_t where, const char* at);
   void publish(std::atomic<uint64_t>& counter, std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq);
   void wakeUp();  // withdraws this end's sleep announcement
 
