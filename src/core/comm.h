@@ -62,9 +62,25 @@ struct PreparedSchedule {
   Schedule sched;
   std::vector<ConnKey> sends;
   std::vector<ConnKey> recvs;
+  // soleWriter[lane][i]: step i of the lane writes a dst range that no other step of the
+  // schedule writes. Its bytes there are final once it ran (a net ring may send them from
+  // there), and nothing else lands there while the op runs (a net ring may receive into
+  // it ahead of the step). Steps that write nothing have 0.
+  std::vector<std::vector<uint8_t>> soleWriter;
+  // For each connection of recvs: its kRecv steps that are their range's sole writer, so
+  // that a net ring may receive them straight into place (Connection::setRecvTargets);
+  // `index` counts the connection's receives in the schedule (one lane uses a connection,
+  // so that is also the order they arrive in).
+  struct TargetStep {
+    uint32_t index;
+    uint32_t lane, step;  // sched.lanes[lane].steps[step]
+  };
+  std::vector<std::vector<TargetStep>> recvTargets;
   mutable std::atomic<bool> connected{false};
 
-  void computePeers();  // fills sends/recvs (sorted, unique) from sched
+  // Fills sends/recvs (sorted, unique), soleWriter and recvTargets from sched
+  // (core/prepared_schedule.cc).
+  void analyse();
 };
 
 struct ScheduleCacheEntry {

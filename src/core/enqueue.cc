@@ -127,7 +127,7 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
       return e.prep;
   auto prep = std::make_shared<PreparedSchedule>();
   SNCCL_TRY(generateSchedule(*alg, a, comm->plan, &prep->sched));
-  prep->computePeers();
+  prep->analyse();
   constexpr size_t kCacheSize = 16;
   ScheduleCacheEntry entry{a, alg, prep};
   if (comm->scheduleCache.size() < kCacheSize) {
@@ -245,7 +245,7 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   for (const PendingOp* p : ops) p2p.push_back({p->isSend, p->peer, p->count * kernels::typeSize(p->dt)});
   auto prep = std::make_shared<PreparedSchedule>();
   SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->slotBytes, &prep->sched));
-  prep->computePeers();
+  prep->analyse();
   e.prep = prep;
   e.sched = &prep->sched;
   if (e.sched->bufs.size() != ops.size())

@@ -22,6 +22,9 @@ constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds
 // Smallest kSend chunk sent from the user's memory on a net ring (Connection::postAt):
 // below it the copy into the slot is cheaper than waiting for the send at the op's end.
 constexpr size_t kSendAtPointerMin = 32 * 1024;
+// Smallest message received straight into the user's memory (setRecvTargets), for the
+// same reason the other way.
+constexpr size_t kRecvAtPointerMin = 32 * 1024;
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
 
 // " after rank N (pid P, host H) failed" when a failure that `peer` passed on (a poisoned
@@ -42,20 +45,6 @@ std::string ExecOp::describe() const {
 
 CommRunner::CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket)
     : comm_(comm), ops_(std::move(ops)), nops_(ops_.size()), ticket_(ticket) {}
-
-void PreparedSchedule::computePeers() {
-  sends.clear();
-  recvs.clear();
-  for (const Lane& lane : sched.lanes)
-    for (const Step& st : lane.steps) {
-      if (primSends(st.prim)) sends.push_back({st.sendPeer, st.channel});
-      if (primReceives(st.prim)) recvs.push_back({st.recvPeer, st.channel});
-    }
-  for (auto* v : {&sends, &recvs}) {
-    std::sort(v->begin(), v->end());
-    v->erase(std::unique(v->begin(), v->end()), v->end());
-  }
-}
 
 void CommRunner::reset(size_t nops, uint64_t ticket) {
   if (ops_.size() < nops) ops_.resize(nops);
@@ -93,7 +82,14 @@ Status CommRunner::connect() {
   return OkStatus();
 }
 
-Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
+bool CommRunner::sendInPlace(Connection* sc, const char* from, size_t bytes, uint64_t sig) {
+  if (!sc->sendsAtPointers() || bytes < kSendAtPointerMin) return false;
+  sc->postAt(from, static_cast<uint32_t>(bytes), sig);
+  if (std::find(atPointer_.begin(), atPointer_.end(), sc) == atPointer_.end()) atPointer_.push_back(sc);
+  return true;
+}
+
+Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, bool soleWriter) {
   const size_t bytes = st.count * op.elemSize;
   Connection* rc = nullptr;
   Connection* sc = nullptr;
@@ -129,17 +125,15 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
       // A large chunk of an input the op never writes leaves from where it is: on a net
       // ring the copy into the slot costs as much CPU as the kernel's own copy (both
       // cores are busy over TCP). The op then ends only once the send is done.
-      if (sc->sendsAtPointers() && op.inputStable && !(scale && op.op.hasScalar) && bytes >= kSendAtPointerMin &&
-          op.sched->bufs[st.src.buf].role == BufRole::kInput) {
-        sc->postAt(src, static_cast<uint32_t>(bytes), op.sig);
-        if (std::find(atPointer_.begin(), atPointer_.end(), sc) == atPointer_.end()) atPointer_.push_back(sc);
+      if (op.inputStable && !(scale && op.op.hasScalar) && op.sched->bufs[st.src.buf].role == BufRole::kInput &&
+          sendInPlace(sc, src, bytes, op.sig)) {
         sc = nullptr;  // posted
         break;
       }
       kernels::copy(out, src, st.count, op.dt, op.op, scale, false);
       break;
     case Prim::kRecv:
-      std::memcpy(dst, in, bytes);
+      if (in != dst) std::memcpy(dst, in, bytes);  // equal: it landed in place (offerRecvTargets)
       break;
     case Prim::kRecvReduceSend:
       kernels::reduce(out, in, src, st.count, op.dt, op.op, scale, false);
@@ -149,10 +143,19 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st) {
       break;
     case Prim::kRecvReduceCopySend:
       kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      // What no other step writes is final: it may leave from dst as the input does.
+      if (soleWriter && sendInPlace(sc, dst, bytes, op.sig)) {
+        sc = nullptr;
+        break;
+      }
       std::memcpy(out, dst, bytes);
       break;
     case Prim::kRecvCopySend:
       std::memcpy(dst, in, bytes);
+      if (soleWriter && sendInPlace(sc, dst, bytes, op.sig)) {
+        sc = nullptr;
+        break;
+      }
       std::memcpy(out, dst, bytes);
       break;
     case Prim::kCopy:
@@ -179,6 +182,7 @@ Result<bool> CommRunner::progress() {
       claimsMade_ = false;
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
+      offerRecvTargets(op);
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
@@ -197,7 +201,7 @@ Result<bool> CommRunner::progress() {
       const std::vector<Step>& steps = op.sched->lanes[l].steps;
       size_t& i = laneStep_[l];
       while (i < steps.size()) {
-        Result<bool> r = tryStep(op, steps[i]);
+        Result<bool> r = tryStep(op, steps[i], op.prep->soleWriter[l][i] != 0);
         if (!r.ok()) return r.status();
         if (!r.value()) break;
         ++i;
@@ -215,16 +219,43 @@ Result<bool> CommRunner::progress() {
       }
     }
     atPointer_.clear();
+    targeted_.clear();  // every message of the op arrived: nothing more lands in its memory
     ++opIndex_;
     started_ = false;
   }
   return true;
 }
 
-void CommRunner::quiesceSends() {
+void CommRunner::offerRecvTargets(const ExecOp& op) {
+  targeted_.clear();
+  // In place, the output is the input, which data arriving early would overwrite before
+  // the op read it. The single-copy AllReduce may never run the lanes that would consume
+  // the messages.
+  if (!op.inputStable || op.mapped) return;
+  const PreparedSchedule& p = *op.prep;
+  for (size_t c = 0; c < p.recvs.size(); ++c) {
+    if (p.recvTargets[c].empty()) continue;
+    Connection* rc = comm_->recvConnOf(p.recvs[c]).get();
+    if (rc == nullptr || !rc->receivesAtPointers()) continue;
+    targetList_.clear();
+    for (const PreparedSchedule::TargetStep& t : p.recvTargets[c]) {
+      const Step& st = p.sched.lanes[t.lane].steps[t.step];
+      const size_t bytes = st.count * op.elemSize;
+      if (bytes >= kRecvAtPointerMin)
+        targetList_.push_back({t.index, uint32_t(bytes), op.bufs[st.dst.buf] + st.dst.offset * op.elemSize});
+    }
+    if (targetList_.empty()) continue;
+    rc->setRecvTargets(targetList_);
+    targeted_.push_back(rc);
+  }
+}
+
+void CommRunner::quiesceTransfers() {
   for (Connection* c : atPointer_)
     if (!c->sendsDone()) c->quiesce();
   atPointer_.clear();
+  for (Connection* c : targeted_) c->quiesce();
+  targeted_.clear();
 }
 
 void CommRunner::claimDriven(const ExecOp& op) {
@@ -475,7 +506,7 @@ Status runRunners(std::span<CommRunner*> runners) {
   // A failure in a group is fatal to every communicator of the group (NCCL semantics).
   if (!st.ok()) {
     for (CommRunner* r : runners) commSetError(r->comm(), st);
-    for (CommRunner* r : runners) r->quiesceSends();  // after the poison commSetError set
+    for (CommRunner* r : runners) r->quiesceTransfers();  // after the poison commSetError set
   }
   // After the poison: the last passes over the net rings then send the ABORT frames (with
   // the failure's origin) from this thread, before the caller can report or abort

@@ -89,14 +89,20 @@ class CommRunner {
   // Hands those rings back to the proxy: before sleeping (`waiting`), and when the
   // runner stops.
   void releaseDriven(bool waiting);
-  // After a failure (the rings are poisoned): returns once no net ring reads user memory
-  // that the current op named for sending (Connection::postAt), so that the call may
-  // return and the user free it.
-  void quiesceSends();
+  // After a failure (the rings are poisoned): returns once no net ring reads or writes
+  // user memory that the current op named for sending (Connection::postAt) or receiving
+  // (Connection::setRecvTargets), so that the call may return and the user free it.
+  void quiesceTransfers();
   uint64_t ticket() const { return ticket_; }
 
  private:
-  Result<bool> tryStep(ExecOp& op, const Step& st);
+  // `soleWriter`: PreparedSchedule::soleWriter of the step.
+  Result<bool> tryStep(ExecOp& op, const Step& st, bool soleWriter);
+  // Posts `bytes` at `from` on a pointer-send ring (Connection::postAt) instead of copying
+  // them into the slot trySendSlot gave, when the ring takes pointers and the message is
+  // large enough; the caller guarantees the bytes stay unchanged until the op ends, which
+  // waits for the ring's sendsDone(). False: nothing posted, copy into the slot.
+  bool sendInPlace(Connection* sc, const char* from, size_t bytes, uint64_t sig);
   // The single-copy AllReduce (mapped_allreduce.cc): true once the op is complete, or
   // once the ranks agreed to fall back to its lanes (mapped_.fallback).
   Result<bool> progressMapped(ExecOp& op);
@@ -107,6 +113,9 @@ class CommRunner {
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);
   Status checkBlocked();
+  // When an op starts: names the op's memory as the landing place of the messages that
+  // PreparedSchedule::recvTargets lists, on net rings that take it.
+  void offerRecvTargets(const ExecOp& op);
   void claimDriven(const ExecOp& op);
 
   ncclComm* comm_;
@@ -125,6 +134,10 @@ class CommRunner {
   std::vector<Connection*> driven_;  // claimed net rings; only this runner's thread drives them
   // Rings the current op sent user memory through (postAt): it ends only once they are done.
   std::vector<Connection*> atPointer_;
+  // Rings the current op named receive targets on (offerRecvTargets), and the list it
+  // built for one ring (kept for its capacity).
+  std::vector<Connection*> targeted_;
+  std::vector<RecvTarget> targetList_;
   struct MappedState {
     int phase = 0;     // MappedPhase (mapped_allreduce.cc)
     int next = 1;      // the next peer distance (1 .. nranks-1) within the phase

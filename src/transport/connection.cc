@@ -22,6 +22,7 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
       drivable_(memory_ && memory_->drivable()),
       light_(memory_ && memory_->lightPublish()),
       atPointers_(memory_ && memory_->sendsAtPointers()),
+      recvAtPointers_(memory_ && memory_->receivesAtPointers()),
       peer_(peer),
       peerPid_(peerPid),
       transport_(transport) {}

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace snccl {
@@ -48,6 +49,15 @@ enum : uint32_t {
   kAtPointer = 2  // ConnFifoEntry::at, memory of the sending process (pointer-send rings)
 };
 
+// A message of the current operation that a net ring should receive straight into the
+// operation's memory instead of a slot (Connection::setRecvTargets): the index-th message
+// the operation receives on the ring, its exact size, and where it goes.
+struct RecvTarget {
+  uint32_t index;
+  uint32_t bytes;
+  char* at;
+};
+
 struct alignas(64) ConnFifoEntry {
   // Inline rings only: message number + 1 once the entry (and its slot) is complete;
   // written last, with release order, by the sender.
@@ -57,7 +67,7 @@ struct alignas(64) ConnFifoEntry {
   uint64_t sig;    // signature of the operation that sent the message (0: unchecked)
   union {
     char data[kInlineBytes];
-    const char* at;
+    const char* at;  // kAtPointer: the sender's memory (send rings) or a RecvTarget (receive rings)
   };
 };
 static_assert(sizeof(ConnFifoEntry) == 64, "one fifo entry per cache line");
@@ -104,6 +114,14 @@ class ConnMemory {
   // which drops whatever it still had to send. Called on failure, before the operation
   // returns to the user, who may then free that memory.
   virtual void quiesce() {}
+  // Whether the ring's other end can receive a message straight into memory of this
+  // process that the receiving end names beforehand (Connection::setRecvTargets): the net
+  // receive rings, with a plugin that receives into any host memory.
+  virtual bool receivesAtPointers() const { return false; }
+  // Messages first + t.index land at t.at, when their receive is posted after this call;
+  // a message whose receive was posted before (into its slot) still arrives there. The
+  // list is sorted by index and replaces the previous one.
+  virtual void setRecvTargets(uint64_t /*first*/, std::span<const RecvTarget> /*targets*/) {}
   // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
   // may instead be driven by the executor while it waits (net/proxy.h says why):
   // claimDrive() claims the ring for the calling thread, drive() then moves what can move
@@ -157,6 +175,13 @@ class Connection {
   void quiesce() {
     if (memory_) memory_->quiesce();
   }
+  // Receiver, on a receivesAtPointers() ring: the operation that starts now would like its
+  // messages t.index (counted from the next one this end will receive) to land at t.at.
+  // Each one that does is returned by tryRecvSlot at that address; the others come in
+  // their slot as usual. Until every one was received, nothing else may write the target
+  // memory, and on failure quiesce() must run before it is given back to the user.
+  bool receivesAtPointers() const { return recvAtPointers_; }
+  void setRecvTargets(std::span<const RecvTarget> targets) { memory_->setRecvTargets(step_, targets); }
 
   // Receiver: the next message, or nullptr when none has arrived.
   const char* tryRecvSlot(uint32_t* bytes, uint64_t* sig) {
@@ -177,7 +202,7 @@ class Connection {
       wakeUp();
     *bytes = e.bytes;
     *sig = e.sig;
-    return slots_ + (step_ % nsteps_) * slotBytes_;
+    return e.where == kAtPointer ? e.at : slots_ + (step_ % nsteps_) * slotBytes_;
   }
   // Receiver: frees the slot returned by tryRecvSlot.
   void release();
@@ -227,6 +252,7 @@ class Connection {
   bool drivable_;            // ConnMemory::drivable()
   bool light_;               // ConnMemory::lightPublish()
   bool atPointers_;          // ConnMemory::sendsAtPointers()
+  bool recvAtPointers_;      // ConnMemory::receivesAtPointers()
   uint64_t lastAtPointer_ = 0;  // step after the last postAt message not yet known done
   bool announced_ = false;   // this end's sleeping flag is set (sleep() until wakeUp())
   bool sender_ = false;      // which flag: the end sleep() was called as

@@ -154,7 +154,7 @@ TEST(NetRanks, InputMayChangeOnceTheCallReturns) {
 // A send from the user's buffer that cannot finish: the receiving process is stopped, so
 // nothing drains its sockets. The operation must still end with an error (the socket's
 // user timeout, SNCCL_TIMEOUT/2, names it: "timed out"), after making the net drop that
-// buffer (CommRunner::quiesceSends, which here finds the send still pending), instead of
+// buffer (CommRunner::quiesceTransfers, which here finds the send still pending), instead of
 // waiting for the send forever. 16 MiB slots put 64 MiB in flight at once, far more than
 // the sockets between the two processes hold.
 TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
@@ -191,6 +191,60 @@ TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
   EXPECT_TRUE(WIFEXITED(o.status[0]) && WEXITSTATUS(o.status[0]) == 0) << o.describe();
   EXPECT_EQ(o.reports[0].code, ncclRemoteError) << o.describe();
   EXPECT_NE(std::string(o.reports[0].msg).find("timed out"), std::string::npos) << o.describe();
+}
+
+// Large receives into an out-of-place output land there straight from the net
+// (SNCCL_NET_RECV_USER_BUFFERS, Connection::setRecvTargets), so the net holds pointers
+// into the user's buffer while the call runs. When the call fails, it must return only
+// once the net dropped them: here the sender stops after 4 MiB of 64 MiB, the receiver's
+// call times out with receives for the next messages posted into its buffer, and only
+// then does the sender send the rest (on credits the receiver gave before it failed).
+// The receiver overwrites its buffer once its call returned; none of the late data may
+// land there.
+TEST(NetRanks, FailedReceiveLeavesTheOutputAlone) {
+  Cluster c = loopback(2, 1);
+  c.env[1] = {"SNCCL_TIMEOUT", "3"};
+  c.timeoutSec = 120;
+  Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int, Shared* sh, bool* abort) {
+    const size_t total = 16u << 20, first = 1u << 20;  // floats: 64 MiB, of which 4 MiB is sent
+    float x = 1, y = 0;  // connects both directions and posts the receiver's credits
+    if (ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) {
+      nettest::report(sh, rank, 1, std::string("first allreduce: ") + ncclGetLastError(comm));
+      return false;
+    }
+    *abort = true;  // the communicator failed on purpose
+    if (rank == 0) {
+      std::vector<float> buf(total, 1.0f);
+      ncclResult_t r = ncclSend(buf.data(), first, ncclFloat, 1, comm, nullptr);
+      if (r != ncclSuccess) {
+        nettest::report(sh, 0, 1, std::string("first send: ") + ncclGetLastError(comm));
+        return false;
+      }
+      // Bounded by the cluster's watchdog.
+      while (__atomic_load_n(&sh->r[1].iters, __ATOMIC_SEQ_CST) == 0) usleep(1000);
+      (void)ncclSend(buf.data() + first, total - first, ncclFloat, 1, comm, nullptr);  // fails, or not
+      nettest::report(sh, 0, 0, "");
+      __atomic_store_n(&sh->r[0].iters, 1, __ATOMIC_SEQ_CST);
+      return true;
+    }
+    std::vector<float> out(total, 0.0f);
+    ncclResult_t r = ncclRecv(out.data(), total, ncclFloat, 0, comm, nullptr);
+    std::string err;
+    if (r == ncclSuccess) err = "the receive of 64 MiB of which 4 MiB were sent succeeded";
+    for (size_t i = 0; i < first && err.empty(); ++i)
+      if (out[i] != 1.0f) err = "element " + std::to_string(i) + " of the part sent is " + std::to_string(out[i]);
+    std::fill(out.begin(), out.end(), -2.0f);
+    __atomic_store_n(&sh->r[1].iters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&sh->r[0].iters, __ATOMIC_SEQ_CST) == 0) usleep(1000);
+    usleep(200000);  // whatever the net still does with the late data, it did by now
+    for (size_t i = 0; i < total && err.empty(); ++i)
+      if (out[i] != -2.0f)
+        err = "element " + std::to_string(i) + " changed to " + std::to_string(out[i]) + " after the call returned";
+    nettest::report(sh, 1, err.empty() ? 0 : 1, err.empty() ? std::string(ncclGetLastError(comm)) : err);
+    return err.empty();
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  EXPECT_NE(std::string(o.reports[1].msg).find("timed out"), std::string::npos) << o.describe();
 }
 
 std::string readFile(const std::string& path) {
@@ -330,7 +384,7 @@ TEST(NetRanks, KilledPeerGivesErrorsNotHangs) {
   Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
     // Out of place and 4 MiB: the survivors' sends to each other leave from `in`
     // itself (Connection::postAt), so the failure also takes the path that makes the net
-    // let go of user memory before the call returns (CommRunner::quiesceSends).
+    // let go of user memory before the call returns (CommRunner::quiesceTransfers).
     std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
     for (int it = 0; it < 100000; ++it) {
       if (rank == 2 && it == 20) {

@@ -92,9 +92,10 @@ class Net {
 
   // Memory registration (type: a PtrSupport bit). Host memory needs none on sockets.
   virtual Status regMr(Comm* comm, void* data, size_t size, int type, MemHandle** mh) = 0;
-  // Whether isend accepts any host memory without a MemHandle (no registration), so that
-  // the executor's buffers may be sent as they are (ConnMemory::sendsAtPointers).
-  virtual bool sendsUnregisteredHostMemory() const { return false; }
+  // Whether isend and irecv accept any host memory without a MemHandle (no registration),
+  // so that the executor's buffers may be sent from and received into as they are
+  // (ConnMemory::sendsAtPointers, ConnMemory::receivesAtPointers).
+  virtual bool usesUnregisteredHostMemory() const { return false; }
   virtual Status deregMr(Comm* comm, MemHandle* mh) = 0;
 
   // *request is null when the message cannot be started yet (no posted receive at the

@@ -45,9 +45,10 @@ bool NetEntry::handleLocalPoison() {
   return true;
 }
 
-NetEntry::Oldest NetEntry::testOldest(size_t* size, uint64_t* imm) {
+NetEntry::Oldest NetEntry::testOldest(size_t* size, uint64_t* imm, const char** at) {
   bool done = false;
-  Status s = net_->test(inflight_.front(), &done, size, imm);
+  *at = inflight_.front().at;
+  Status s = net_->test(inflight_.front().req, &done, size, imm);
   if (!s.ok()) {
     inflight_.pop_front();  // a failed request is gone (Net::test)
     fail(s);
@@ -147,13 +148,14 @@ bool SendEntry::progress() {
       return true;
     }
     if (r == nullptr) break;  // no credit from the receiver yet: its CTS wakes us
-    inflight_.push_back(r);
+    inflight_.push_back({r, nullptr});
     ++posted_;
     moved = true;
   }
   while (!inflight_.empty()) {
     size_t size = 0;
-    Oldest t = testOldest(&size, nullptr);
+    const char* at = nullptr;
+    Oldest t = testOldest(&size, nullptr, &at);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
     publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
@@ -225,12 +227,15 @@ bool RecvEntry::progress() {
   while (!inflight_.empty()) {
     size_t size = 0;
     uint64_t imm = 0;
-    Oldest t = testOldest(&size, &imm);
+    const char* at = nullptr;
+    Oldest t = testOldest(&size, &imm, &at);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
     ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
     e.bytes = uint32_t(size);
     e.sig = imm;
+    e.where = at != nullptr ? kAtPointer : kInSlot;  // tail's release store publishes these
+    e.at = at;
     publish(ring_.ctrl->tail, ++done_, ring_.ctrl->recvSleeping, ring_.ctrl->tailSeq);
     moved = true;
   }
@@ -239,6 +244,14 @@ bool RecvEntry::progress() {
   while (posted_ < head + ring_.nsteps) {
     void* data = ring_.slot(posted_);
     size_t size = ring_.slotBytes;
+    // The executor's memory for this message, if it named some (RecvTargets): the size is
+    // then exact, and a sender that disagrees fails the receive rather than overrun it.
+    uint32_t targetBytes = 0;
+    const char* target = ring_.targets != nullptr ? ring_.targets->find(posted_, &targetBytes) : nullptr;
+    if (target != nullptr) {
+      data = const_cast<char*>(target);
+      size = targetBytes;
+    }
     int tag = 0;
     Request* r = nullptr;
     Status s = net_->irecv(comm_, 1, &data, &size, &tag, nullptr, &r);
@@ -247,7 +260,7 @@ bool RecvEntry::progress() {
       return true;
     }
     if (r == nullptr) break;
-    inflight_.push_back(r);
+    inflight_.push_back({r, target});
     ++posted_;
     moved = true;
   }

@@ -20,10 +20,13 @@
 // frame so the peer fails fast too.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "transport/connection.h"
 #include "transport/net/net.h"
@@ -58,12 +61,46 @@ class FailureNote {
   std::string text_;
 };
 
+// Where the executor wants the messages of its current operation to land
+// (Connection::setRecvTargets). Set by the executor when an operation starts, read by
+// whoever posts the ring's receives (proxy or executor, under the entry's drive lock),
+// for steps in increasing order. A receive posted before the targets were set, or whose
+// step has none, goes to its slot: a target is an offer, and missing it only costs a copy.
+class RecvTargets {
+ public:
+  void set(uint64_t first, std::span<const RecvTarget> targets) {
+    std::lock_guard<std::mutex> lock(mu_);
+    first_ = first;
+    list_.assign(targets.begin(), targets.end());  // keeps its capacity: no allocation per op
+    next_ = 0;
+    end_.store(targets.empty() ? 0 : first + targets.back().index + 1, std::memory_order_release);
+  }
+  // Where message `step` is to land (nullptr: its slot) and its exact size.
+  const char* find(uint64_t step, uint32_t* bytes) {
+    // Between operations the list only names steps already received: no lock.
+    if (step >= end_.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    while (next_ < list_.size() && first_ + list_[next_].index < step) ++next_;
+    if (next_ == list_.size() || first_ + list_[next_].index != step) return nullptr;
+    *bytes = list_[next_].bytes;
+    return list_[next_].at;
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t first_ = 0;
+  std::vector<RecvTarget> list_;
+  size_t next_ = 0;                // list_ entries before it name steps already posted
+  std::atomic<uint64_t> end_{0};   // the step after the last one listed
+};
+
 struct RingView {
   ConnCtrl* ctrl;
   char* slots;
   uint32_t nsteps;
   uint32_t slotBytes;
   FailureNote* note;
+  RecvTargets* targets;  // receive rings that take targets; null otherwise
   char* slot(uint64_t step) const { return slots + (step % nsteps) * size_t(slotBytes); }
 };
 
@@ -89,10 +126,11 @@ class NetEntry : public ProxyEntry {
   void fail(const Status& s);
   void poisonRing(uint32_t code);
   // Tests the oldest in-flight request (requests complete in posting order). kDone: it
-  // completed and left inflight_ (*size, *imm: what it moved); kFailed: it failed, left
-  // inflight_ and the entry failed (fail()); kPending: neither.
+  // completed and left inflight_ (*size, *imm: what it moved; *at: where, when not in its
+  // slot); kFailed: it failed, left inflight_ and the entry failed (fail()); kPending:
+  // neither.
   enum class Oldest { kPending, kDone, kFailed };
-  Oldest testOldest(size_t* size, uint64_t* imm);
+  Oldest testOldest(size_t* size, uint64_t* imm, const char** at);
   // True when no delivered message waits for the executor (always, on the send side).
   virtual bool ringDrained() const { return true; }
   // Applies a deferred poison once the ring drained; true when it did.
@@ -108,7 +146,11 @@ class NetEntry : public ProxyEntry {
   State state_ = State::kSetup;
   uint32_t abortCode_ = 0;  // a poison word (connection.h), sent to the peer on close
   uint32_t deferredPoison_ = 0;
-  std::deque<Request*> inflight_;  // oldest first; they complete in this order
+  struct InFlight {
+    Request* req;
+    const char* at;  // a receive into a RecvTarget (null: its slot; sends: unused)
+  };
+  std::deque<InFlight> inflight_;  // oldest first; they complete in this order
   uint64_t posted_ = 0;            // messages handed to the net
   uint64_t done_ = 0;              // messages completed (= head or tail published)
   uint64_t seen_ = 0;              // the executor's counter when progress last looked

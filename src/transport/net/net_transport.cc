@@ -30,8 +30,10 @@ using net::Proxy;
 // waits (net/proxy.h).
 class NetRing : public ConnMemory {
  public:
-  NetRing(void* base, size_t bytes, bool atPointers)
-      : base_(base), bytes_(bytes), atPointers_(atPointers), proxy_(&Proxy::instance()) {}
+  // atPointers: a send ring that sends from the executor's memory (postAt), or a receive
+  // ring that receives into it (setRecvTargets).
+  NetRing(void* base, size_t bytes, bool send, bool atPointers)
+      : base_(base), bytes_(bytes), send_(send), atPointers_(atPointers), proxy_(&Proxy::instance()) {}
   ~NetRing() override {
     if (entry_ != nullptr) proxy_->release(entry_);
     munmap(base_, bytes_);
@@ -42,32 +44,39 @@ class NetRing : public ConnMemory {
     if (entry_->unclaimAfterDriving(waiting)) proxy_->unclaimed();
   }
   bool drive() override { return entry_->tryDrive(); }
-  bool sendsAtPointers() const override { return atPointers_; }
+  bool sendsAtPointers() const override { return send_ && atPointers_; }
+  bool receivesAtPointers() const override { return !send_ && atPointers_; }
+  void setRecvTargets(uint64_t first, std::span<const RecvTarget> targets) override { targets_.set(first, targets); }
   void quiesce() override {
     if (entry_ != nullptr) entry_->quiesce();
   }
   void setEntry(net::ProxyEntry* e) { entry_ = e; }
   ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
   char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
-  net::RingView view(const ConnRequest& req) { return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_}; }
+  net::RingView view(const ConnRequest& req) {
+    return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_, receivesAtPointers() ? &targets_ : nullptr};
+  }
   std::string failureDetail() const override { return note_.get(); }
 
  private:
   void* base_;
   size_t bytes_;
-  bool atPointers_;  // a send ring whose plugin sends unregistered host memory
+  bool send_;
+  bool atPointers_;  // the plugin uses unregistered host memory, and the user allows it
   Proxy* proxy_;  // this process's (Proxy::instance() takes a lock: not on the hot path)
   net::ProxyEntry* entry_ = nullptr;
-  net::FailureNote note_;  // written by the entry, which release() detaches before it goes
+  // Both written by the entry, which release() detaches before they go.
+  net::FailureNote note_;
+  net::RecvTargets targets_;
 };
 
-Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req, bool atPointers) {
+Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req, bool send, bool atPointers) {
   size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (base == MAP_FAILED) return ErrnoError(errno, "net transport: mmap of a %zu-byte ring failed", bytes);
   touchPagesForWrite(base, bytes);  // the proxy writes received slots, the executor sent ones
   initConnCtrl(static_cast<ConnCtrl*>(base), req.nsteps, req.slotBytes);
-  return std::make_unique<NetRing>(base, bytes, atPointers);
+  return std::make_unique<NetRing>(base, bytes, send, atPointers);
 }
 
 Result<net::Net*> netFor(const ConnRequest& req) {
@@ -93,7 +102,8 @@ bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.proces
 
 Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
-  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req, false));
+  SNCCL_ASSIGN_OR_RETURN(
+      auto ring, allocRing(req, false, n->usesUnregisteredHostMemory() && params::getInt(params::Id::NetRecvUserBuffers) != 0));
   net::Handle handle{};
   net::ListenComm* listen = nullptr;
   SNCCL_TRY(n->listen(0, &handle, &listen));
@@ -130,7 +140,7 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
                         (unsigned long long)blob.words[1]);
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
   SNCCL_ASSIGN_OR_RETURN(
-      auto ring, allocRing(req, n->sendsUnregisteredHostMemory() && params::getInt(params::Id::NetSendUserBuffers) != 0));
+      auto ring, allocRing(req, true, n->usesUnregisteredHostMemory() && params::getInt(params::Id::NetSendUserBuffers) != 0));
   net::Handle handle{};
   std::memcpy(handle.bytes, blob.name, sizeof blob.name);
   net::RingView view = ring->view(req);

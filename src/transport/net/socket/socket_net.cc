@@ -139,7 +139,7 @@ class SocketNet : public Net {
     return OkStatus();
   }
   Status deregMr(Comm*, MemHandle*) override { return OkStatus(); }
-  bool sendsUnregisteredHostMemory() const override { return true; }  // send(2) reads any of it
+  bool usesUnregisteredHostMemory() const override { return true; }  // send(2) reads any of it, recv(2) writes any
 
   Status isend(SendComm* comm, void* data, size_t size, int tag, uint64_t imm, MemHandle*, Request** req) override {
     *req = nullptr;
