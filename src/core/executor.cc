@@ -22,7 +22,7 @@ constexpr int64_t kSleepSliceUs = 1000;          // longest single sleep: bounds
 // Smallest kSend chunk sent from the user's memory on a net ring (Connection::postAt):
 // below it the copy into the slot is cheaper than waiting for the send at the op's end.
 constexpr size_t kSendAtPointerMin = 32 * 1024;
-// Smallest message received straight into the user's memory (setRecvTargets), for the
+// Smallest message received straight into the user's memory (planRecvs), for the
 // same reason the other way.
 constexpr size_t kRecvAtPointerMin = 32 * 1024;
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
@@ -133,7 +133,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, bool soleWriter) {
       kernels::copy(out, src, st.count, op.dt, op.op, scale, false);
       break;
     case Prim::kRecv:
-      if (in != dst) std::memcpy(dst, in, bytes);  // equal: it landed in place (offerRecvTargets)
+      if (in != dst) std::memcpy(dst, in, bytes);  // equal: it landed in place (planRecvs)
       break;
     case Prim::kRecvReduceSend:
       kernels::reduce(out, in, src, st.count, op.dt, op.op, scale, false);
@@ -182,7 +182,7 @@ Result<bool> CommRunner::progress() {
       claimsMade_ = false;
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
-      offerRecvTargets(op);
+      planRecvs(op);
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
@@ -226,27 +226,25 @@ Result<bool> CommRunner::progress() {
   return true;
 }
 
-void CommRunner::offerRecvTargets(const ExecOp& op) {
+void CommRunner::planRecvs(const ExecOp& op) {
   targeted_.clear();
   // In place, the output is the input, which data arriving early would overwrite before
   // the op read it. The single-copy AllReduce may never run the lanes that would consume
-  // the messages.
-  if (!op.inputStable || op.mapped) return;
+  // the messages. Such ops still tell each ring how many messages they take.
+  const bool targets = op.inputStable && !op.mapped;
   const PreparedSchedule& p = *op.prep;
   for (size_t c = 0; c < p.recvs.size(); ++c) {
-    if (p.recvTargets[c].empty()) continue;
     Connection* rc = comm_->recvConnOf(p.recvs[c]).get();
     if (rc == nullptr || !rc->receivesAtPointers()) continue;
     targetList_.clear();
     for (const PreparedSchedule::TargetStep& t : p.recvTargets[c]) {
       const Step& st = p.sched.lanes[t.lane].steps[t.step];
       const size_t bytes = st.count * op.elemSize;
-      if (bytes >= kRecvAtPointerMin)
+      if (targets && bytes >= kRecvAtPointerMin)
         targetList_.push_back({t.index, uint32_t(bytes), op.bufs[st.dst.buf] + st.dst.offset * op.elemSize});
     }
-    if (targetList_.empty()) continue;
-    rc->setRecvTargets(targetList_);
-    targeted_.push_back(rc);
+    rc->planRecvs(p.recvCounts[c], targetList_);
+    if (!targetList_.empty()) targeted_.push_back(rc);
   }
 }
 

@@ -91,7 +91,7 @@ class CommRunner {
   void releaseDriven(bool waiting);
   // After a failure (the rings are poisoned): returns once no net ring reads or writes
   // user memory that the current op named for sending (Connection::postAt) or receiving
-  // (Connection::setRecvTargets), so that the call may return and the user free it.
+  // (Connection::planRecvs), so that the call may return and the user free it.
   void quiesceTransfers();
   uint64_t ticket() const { return ticket_; }
 
@@ -113,9 +113,10 @@ class CommRunner {
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);
   Status checkBlocked();
-  // When an op starts: names the op's memory as the landing place of the messages that
-  // PreparedSchedule::recvTargets lists, on net rings that take it.
-  void offerRecvTargets(const ExecOp& op);
+  // When an op starts: tells each net ring it receives on how many messages it takes there,
+  // and names the op's memory as the landing place of those PreparedSchedule::recvTargets
+  // lists (Connection::planRecvs).
+  void planRecvs(const ExecOp& op);
   void claimDriven(const ExecOp& op);
 
   ncclComm* comm_;
@@ -134,8 +135,8 @@ class CommRunner {
   std::vector<Connection*> driven_;  // claimed net rings; only this runner's thread drives them
   // Rings the current op sent user memory through (postAt): it ends only once they are done.
   std::vector<Connection*> atPointer_;
-  // Rings the current op named receive targets on (offerRecvTargets), and the list it
-  // built for one ring (kept for its capacity).
+  // Rings the current op named receive targets on (planRecvs), and the list it built for
+  // one ring (kept for its capacity).
   std::vector<Connection*> targeted_;
   std::vector<RecvTarget> targetList_;
   struct MappedState {

@@ -50,8 +50,8 @@ enum : uint32_t {
 };
 
 // A message of the current operation that a net ring should receive straight into the
-// operation's memory instead of a slot (Connection::setRecvTargets): the index-th message
-// the operation receives on the ring, its exact size, and where it goes.
+// operation's memory instead of a slot (Connection::planRecvs): the index-th message the
+// operation receives on the ring, its exact size, and where it goes.
 struct RecvTarget {
   uint32_t index;
   uint32_t bytes;
@@ -67,7 +67,7 @@ struct alignas(64) ConnFifoEntry {
   uint64_t sig;    // signature of the operation that sent the message (0: unchecked)
   union {
     char data[kInlineBytes];
-    const char* at;  // kAtPointer: the sender's memory (send rings) or a RecvTarget (receive rings)
+    const char* at;  // kAtPointer: the sender's memory (send rings) or a RecvTarget's (receive rings)
   };
 };
 static_assert(sizeof(ConnFifoEntry) == 64, "one fifo entry per cache line");
@@ -114,14 +114,17 @@ class ConnMemory {
   // which drops whatever it still had to send. Called on failure, before the operation
   // returns to the user, who may then free that memory.
   virtual void quiesce() {}
-  // Whether the ring's other end can receive a message straight into memory of this
-  // process that the receiving end names beforehand (Connection::setRecvTargets): the net
-  // receive rings, with a plugin that receives into any host memory.
+  // Whether the ring's other end posts receives for it, and can post them straight into
+  // memory of this process that the receiving end names beforehand (Connection::planRecvs):
+  // the net receive rings, with a plugin that receives into any host memory.
   virtual bool receivesAtPointers() const { return false; }
-  // Messages first + t.index land at t.at, when their receive is posted after this call;
-  // a message whose receive was posted before (into its slot) still arrives there. The
-  // list is sorted by index and replaces the previous one.
-  virtual void setRecvTargets(uint64_t /*first*/, std::span<const RecvTarget> /*targets*/) {}
+  // The operation that starts receives messages [first, first + count): message
+  // first + t.index lands at t.at when its receive is posted after this call (one posted
+  // before still lands in its slot). The list is sorted by index and replaces the
+  // previous plan. Until the next plan, at most one receive beyond the operation's is
+  // posted ahead (into a slot), so the next operation finds its messages mostly unposted
+  // and can name their targets.
+  virtual void planRecvs(uint64_t /*first*/, uint32_t /*count*/, std::span<const RecvTarget> /*targets*/) {}
   // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
   // may instead be driven by the executor while it waits (net/proxy.h says why):
   // claimDrive() claims the ring for the calling thread, drive() then moves what can move
@@ -175,13 +178,15 @@ class Connection {
   void quiesce() {
     if (memory_) memory_->quiesce();
   }
-  // Receiver, on a receivesAtPointers() ring: the operation that starts now would like its
-  // messages t.index (counted from the next one this end will receive) to land at t.at.
-  // Each one that does is returned by tryRecvSlot at that address; the others come in
-  // their slot as usual. Until every one was received, nothing else may write the target
-  // memory, and on failure quiesce() must run before it is given back to the user.
+  // Receiver, on a receivesAtPointers() ring, when an operation starts: it receives
+  // `count` messages here, and would like message t.index of them (counted from the next
+  // one this end receives) to land at t.at. Each one that does is returned by tryRecvSlot
+  // at that address; the others come in their slot as usual. Until every one was
+  // received, nothing else may write the target memory, and on failure quiesce() must run
+  // before it is given back to the user. Every operation that receives on such a ring
+  // should call it: without, the ring still works, one message in flight at a time.
   bool receivesAtPointers() const { return recvAtPointers_; }
-  void setRecvTargets(std::span<const RecvTarget> targets) { memory_->setRecvTargets(step_, targets); }
+  void planRecvs(uint32_t count, std::span<const RecvTarget> targets) { memory_->planRecvs(step_, count, targets); }
 
   // Receiver: the next message, or nullptr when none has arrived.
   const char* tryRecvSlot(uint32_t* bytes, uint64_t* sig) {

@@ -194,7 +194,7 @@ TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
 }
 
 // Large receives into an out-of-place output land there straight from the net
-// (SNCCL_NET_RECV_USER_BUFFERS, Connection::setRecvTargets), so the net holds pointers
+// (SNCCL_NET_RECV_USER_BUFFERS, Connection::planRecvs), so the net holds pointers
 // into the user's buffer while the call runs. When the call fails, it must return only
 // once the net dropped them: here the sender stops after 4 MiB of 64 MiB, the receiver's
 // call times out with receives for the next messages posted into its buffer, and only

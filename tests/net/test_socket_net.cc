@@ -40,6 +40,7 @@ Net* loopNet() {
   static Net* net = [] {
     setenv("SNCCL_SOCKET_IFNAME", "=lo", 1);
     setenv("SNCCL_TIMEOUT", "20", 1);
+    setenv("SNCCL_NSOCKS_PERTHREAD", "2", 1);  // messages split over two streams (the default is one)
     Net* n = socketNet();
     Status s = n->init();
     EXPECT_TRUE(s.ok()) << s.message();

@@ -241,13 +241,13 @@ bool RecvEntry::progress() {
   }
   uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
   seen_ = head;
-  while (posted_ < head + ring_.nsteps) {
+  while (posted_ < postLimit(head)) {
     void* data = ring_.slot(posted_);
     size_t size = ring_.slotBytes;
-    // The executor's memory for this message, if it named some (RecvTargets): the size is
+    // The executor's memory for this message, if it named some (RecvPlan): the size is
     // then exact, and a sender that disagrees fails the receive rather than overrun it.
     uint32_t targetBytes = 0;
-    const char* target = ring_.targets != nullptr ? ring_.targets->find(posted_, &targetBytes) : nullptr;
+    const char* target = ring_.plan != nullptr ? ring_.plan->find(posted_, &targetBytes) : nullptr;
     if (target != nullptr) {
       data = const_cast<char*>(target);
       size = targetBytes;
@@ -275,7 +275,7 @@ bool RecvEntry::arm() {
 
 bool RecvEntry::needsProxy() {
   return state_ != State::kActive || deferredPoison_ != 0 ||
-         posted_ < ring_.ctrl->head.load(std::memory_order_acquire) + ring_.nsteps || !net_->quiescent(comm_);
+         posted_ < postLimit(ring_.ctrl->head.load(std::memory_order_acquire)) || !net_->quiescent(comm_);
 }
 
 void RecvEntry::closeComm(uint32_t abortCode) {

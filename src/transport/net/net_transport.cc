@@ -31,7 +31,7 @@ using net::Proxy;
 class NetRing : public ConnMemory {
  public:
   // atPointers: a send ring that sends from the executor's memory (postAt), or a receive
-  // ring that receives into it (setRecvTargets).
+  // ring that receives into it (planRecvs).
   NetRing(void* base, size_t bytes, bool send, bool atPointers)
       : base_(base), bytes_(bytes), send_(send), atPointers_(atPointers), proxy_(&Proxy::instance()) {}
   ~NetRing() override {
@@ -46,7 +46,9 @@ class NetRing : public ConnMemory {
   bool drive() override { return entry_->tryDrive(); }
   bool sendsAtPointers() const override { return send_ && atPointers_; }
   bool receivesAtPointers() const override { return !send_ && atPointers_; }
-  void setRecvTargets(uint64_t first, std::span<const RecvTarget> targets) override { targets_.set(first, targets); }
+  void planRecvs(uint64_t first, uint32_t count, std::span<const RecvTarget> targets) override {
+    plan_.set(first, count, targets);
+  }
   void quiesce() override {
     if (entry_ != nullptr) entry_->quiesce();
   }
@@ -54,7 +56,7 @@ class NetRing : public ConnMemory {
   ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
   char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
   net::RingView view(const ConnRequest& req) {
-    return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_, receivesAtPointers() ? &targets_ : nullptr};
+    return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_, receivesAtPointers() ? &plan_ : nullptr};
   }
   std::string failureDetail() const override { return note_.get(); }
 
@@ -67,7 +69,7 @@ class NetRing : public ConnMemory {
   net::ProxyEntry* entry_ = nullptr;
   // Both written by the entry, which release() detaches before they go.
   net::FailureNote note_;
-  net::RecvTargets targets_;
+  net::RecvPlan plan_;
 };
 
 Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req, bool send, bool atPointers) {
