@@ -449,6 +449,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[k.peer], self));
     ConnBlob blob{};
     SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
+    if (conn->receivesAtPointers()) comm->plansRecvs.store(true, std::memory_order_relaxed);
     blob.channel = k.channel;
     SNCCL_TRY(comm->bootstrap->send(k.peer, kTagConnect, &blob, sizeof blob));
     SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers[k.peer].cudaDev,

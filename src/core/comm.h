@@ -56,20 +56,17 @@ struct ConnKey {
   auto operator<=>(const ConnKey&) const = default;  // by peer, then channel
 };
 
-// A schedule plus what the executor derives from it once: the connections it sends on
-// and receives from, and whether this communicator's connections exist yet.
-struct PreparedSchedule {
-  Schedule sched;
-  std::vector<ConnKey> sends;
-  std::vector<ConnKey> recvs;
+// What rings that send from or receive into an operation's own memory (the net's:
+// Connection::postAt, Connection::planRecvs) need to know about a schedule.
+struct ZeroCopyInfo {
   // soleWriter[lane][i]: step i of the lane writes a dst range that no other step of the
   // schedule writes. Its bytes there are final once it ran (a net ring may send them from
   // there), and nothing else lands there while the op runs (a net ring may receive into
   // it ahead of the step). Steps that write nothing have 0.
   std::vector<std::vector<uint8_t>> soleWriter;
-  // For each connection of recvs: how many messages the schedule receives on it, and its
-  // kRecv steps into the output that are their range's sole writer, so that a net ring may
-  // receive them straight into place (Connection::planRecvs); `index` counts the
+  // For each connection of PreparedSchedule::recvs: how many messages the schedule
+  // receives on it, and its kRecv steps into the output that are their range's sole
+  // writer, so that a net ring may receive them straight into place; `index` counts the
   // connection's receives in the schedule (one lane uses a connection, so that is also
   // the order they arrive in).
   struct TargetStep {
@@ -78,11 +75,27 @@ struct PreparedSchedule {
   };
   std::vector<uint32_t> recvCounts;
   std::vector<std::vector<TargetStep>> recvTargets;
+};
+
+// A schedule plus what the executor derives from it once: the connections it sends on
+// and receives from, whether this communicator's connections exist yet, and, for net
+// rings, the ZeroCopyInfo (core/prepared_schedule.cc).
+struct PreparedSchedule {
+  Schedule sched;
+  std::vector<ConnKey> sends;
+  std::vector<ConnKey> recvs;
   mutable std::atomic<bool> connected{false};
 
-  // Fills sends/recvs (sorted, unique), soleWriter, recvCounts and recvTargets from sched
-  // (core/prepared_schedule.cc).
+  // Fills sends/recvs (sorted, unique) from sched.
   void analyse();
+  // Computed on the first call, from any thread: operations on one node never pay for it
+  // (send/recv groups build a schedule per call, where it cost ~0.3 us of a 1.3 us
+  // exchange between two processes).
+  const ZeroCopyInfo& zeroCopy() const;
+
+ private:
+  mutable std::once_flag zeroCopyOnce_;
+  mutable ZeroCopyInfo zeroCopy_;
 };
 
 struct ScheduleCacheEntry {
@@ -144,6 +157,9 @@ struct ncclComm {
   bool mappable = false;
   size_t singleCopyBytes = 0;
   bool mappedConnected = false;  // channel 0 to and from every peer exists
+  // Some receive connection takes plans (Connection::planRecvs: the net's); until then the
+  // executor skips planning, which costs a lookup per connection and operation.
+  std::atomic<bool> plansRecvs{false};
   int mappedVerdict = -1;        // the last one (1 single copy, 0 rings), logged on change
   snccl::PeerBuffers peerBuffers;
   int64_t timeoutNs = 0;  // 0: no limit

@@ -89,7 +89,7 @@ bool CommRunner::sendInPlace(Connection* sc, const char* from, size_t bytes, uin
   return true;
 }
 
-Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, bool soleWriter) {
+Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t index) {
   const size_t bytes = st.count * op.elemSize;
   Connection* rc = nullptr;
   Connection* sc = nullptr;
@@ -144,7 +144,8 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, bool soleWriter) {
     case Prim::kRecvReduceCopySend:
       kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
       // What no other step writes is final: it may leave from dst as the input does.
-      if (soleWriter && sendInPlace(sc, dst, bytes, op.sig)) {
+      if (sc->sendsAtPointers() && op.prep->zeroCopy().soleWriter[lane][index] &&
+          sendInPlace(sc, dst, bytes, op.sig)) {
         sc = nullptr;
         break;
       }
@@ -152,7 +153,8 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, bool soleWriter) {
       break;
     case Prim::kRecvCopySend:
       std::memcpy(dst, in, bytes);
-      if (soleWriter && sendInPlace(sc, dst, bytes, op.sig)) {
+      if (sc->sendsAtPointers() && op.prep->zeroCopy().soleWriter[lane][index] &&
+          sendInPlace(sc, dst, bytes, op.sig)) {
         sc = nullptr;
         break;
       }
@@ -182,7 +184,7 @@ Result<bool> CommRunner::progress() {
       claimsMade_ = false;
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
-      planRecvs(op);
+      if (comm_->plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
@@ -201,7 +203,7 @@ Result<bool> CommRunner::progress() {
       const std::vector<Step>& steps = op.sched->lanes[l].steps;
       size_t& i = laneStep_[l];
       while (i < steps.size()) {
-        Result<bool> r = tryStep(op, steps[i], op.prep->soleWriter[l][i] != 0);
+        Result<bool> r = tryStep(op, steps[i], l, i);
         if (!r.ok()) return r.status();
         if (!r.value()) break;
         ++i;
@@ -236,14 +238,15 @@ void CommRunner::planRecvs(const ExecOp& op) {
   for (size_t c = 0; c < p.recvs.size(); ++c) {
     Connection* rc = comm_->recvConnOf(p.recvs[c]).get();
     if (rc == nullptr || !rc->receivesAtPointers()) continue;
+    const ZeroCopyInfo& z = p.zeroCopy();
     targetList_.clear();
-    for (const PreparedSchedule::TargetStep& t : p.recvTargets[c]) {
+    for (const ZeroCopyInfo::TargetStep& t : z.recvTargets[c]) {
       const Step& st = p.sched.lanes[t.lane].steps[t.step];
       const size_t bytes = st.count * op.elemSize;
       if (targets && bytes >= kRecvAtPointerMin)
         targetList_.push_back({t.index, uint32_t(bytes), op.bufs[st.dst.buf] + st.dst.offset * op.elemSize});
     }
-    rc->planRecvs(p.recvCounts[c], targetList_);
+    rc->planRecvs(z.recvCounts[c], targetList_);
     if (!targetList_.empty()) targeted_.push_back(rc);
   }
 }

@@ -96,8 +96,8 @@ class CommRunner {
   uint64_t ticket() const { return ticket_; }
 
  private:
-  // `soleWriter`: PreparedSchedule::soleWriter of the step.
-  Result<bool> tryStep(ExecOp& op, const Step& st, bool soleWriter);
+  // `st` is step `index` of lane `lane`.
+  Result<bool> tryStep(ExecOp& op, const Step& st, size_t lane, size_t index);
   // Posts `bytes` at `from` on a pointer-send ring (Connection::postAt) instead of copying
   // them into the slot trySendSlot gave, when the ring takes pointers and the message is
   // large enough; the caller guarantees the bytes stay unchanged until the op ends, which
@@ -114,7 +114,7 @@ class CommRunner {
   Status foldOwnBlock(const ExecOp& op);
   Status checkBlocked();
   // When an op starts: tells each net ring it receives on how many messages it takes there,
-  // and names the op's memory as the landing place of those PreparedSchedule::recvTargets
+  // and names the op's memory as the landing place of those ZeroCopyInfo::recvTargets
   // lists (Connection::planRecvs).
   void planRecvs(const ExecOp& op);
   void claimDriven(const ExecOp& op);

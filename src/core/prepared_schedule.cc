@@ -1,6 +1,6 @@
-// PreparedSchedule::analyse: what the executor derives from a schedule once (it is cached
-// with the schedule): the connections it uses, which steps are the only writers of their
-// destination range, and which receives could land in place.
+// PreparedSchedule: what the executor derives from a schedule once (it is cached with the
+// schedule): the connections it uses (analyse), and for net rings which steps are the only
+// writers of their destination range and which receives could land in place (zeroCopy).
 #include <algorithm>
 #include <tuple>
 
@@ -60,7 +60,7 @@ void markSoleWriters(const Schedule& sched, std::vector<std::vector<uint8_t>>* s
 
 void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
                      const std::vector<std::vector<uint8_t>>& sole, std::vector<uint32_t>* received,
-                     std::vector<std::vector<PreparedSchedule::TargetStep>>* targets) {
+                     std::vector<std::vector<ZeroCopyInfo::TargetStep>>* targets) {
   targets->assign(recvs.size(), {});
   received->assign(recvs.size(), 0);
   for (size_t l = 0; l < sched.lanes.size(); ++l) {
@@ -79,10 +79,14 @@ void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
 
 }  // namespace
 
-void PreparedSchedule::analyse() {
-  collectPeers(sched, &sends, &recvs);
-  markSoleWriters(sched, &soleWriter);
-  listRecvTargets(sched, recvs, soleWriter, &recvCounts, &recvTargets);
+void PreparedSchedule::analyse() { collectPeers(sched, &sends, &recvs); }
+
+const ZeroCopyInfo& PreparedSchedule::zeroCopy() const {
+  std::call_once(zeroCopyOnce_, [this] {
+    markSoleWriters(sched, &zeroCopy_.soleWriter);
+    listRecvTargets(sched, recvs, zeroCopy_.soleWriter, &zeroCopy_.recvCounts, &zeroCopy_.recvTargets);
+  });
+  return zeroCopy_;
 }
 
 }  // namespace snccl

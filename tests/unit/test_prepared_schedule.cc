@@ -1,4 +1,4 @@
-// PreparedSchedule::analyse (core/prepared_schedule.cc): which steps alone write their
+// PreparedSchedule::zeroCopy (core/prepared_schedule.cc): which steps alone write their
 // destination range (a net ring may then send from it and receive into it in place), and
 // which receives it lists as receive targets, counted in the order their connection
 // delivers them. A wrong "alone" would let a message land on, or leave from, memory
@@ -38,15 +38,15 @@ TEST(PreparedSchedule, RingAllReduceWritesEachOutputChunkOnceAndTargetsItsRecvs)
   ASSERT_EQ(p.sched.lanes.size(), 1u);
   const std::vector<Step>& steps = p.sched.lanes[0].steps;
   ASSERT_EQ(steps.size(), 15u);  // 5 chunks per block
-  ASSERT_EQ(p.soleWriter.size(), 1u);
-  ASSERT_EQ(p.soleWriter[0].size(), steps.size());
+  ASSERT_EQ(p.zeroCopy().soleWriter.size(), 1u);
+  ASSERT_EQ(p.zeroCopy().soleWriter[0].size(), steps.size());
   for (size_t i = 0; i < steps.size(); ++i)
-    EXPECT_EQ(p.soleWriter[0][i], primWritesDst(steps[i].prim) ? 1 : 0) << "step " << i;
+    EXPECT_EQ(p.zeroCopy().soleWriter[0][i], primWritesDst(steps[i].prim) ? 1 : 0) << "step " << i;
   ASSERT_EQ(p.recvs, (std::vector<ConnKey>{{1, 0}}));
-  ASSERT_EQ(p.recvTargets.size(), 1u);
-  ASSERT_EQ(p.recvTargets[0].size(), 5u);
+  ASSERT_EQ(p.zeroCopy().recvTargets.size(), 1u);
+  ASSERT_EQ(p.zeroCopy().recvTargets[0].size(), 5u);
   for (size_t k = 0; k < 5; ++k) {
-    const PreparedSchedule::TargetStep& t = p.recvTargets[0][k];
+    const ZeroCopyInfo::TargetStep& t = p.zeroCopy().recvTargets[0][k];
     EXPECT_EQ(t.index, 2 * k + 1);
     EXPECT_EQ(steps[t.step].prim, Prim::kRecv);
   }
@@ -68,7 +68,7 @@ TEST(PreparedSchedule, EachConnectionCountsItsOwnReceives) {
     for (size_t i = 0; i < p.sched.lanes[l].steps.size(); ++i) {
       const Step& st = p.sched.lanes[l].steps[i];
       if (primWritesDst(st.prim)) {
-        EXPECT_EQ(p.soleWriter[l][i], 1) << "lane " << l << " step " << i;
+        EXPECT_EQ(p.zeroCopy().soleWriter[l][i], 1) << "lane " << l << " step " << i;
       }
       if (st.prim == Prim::kRecv) ++recvSteps;
     }
@@ -81,15 +81,15 @@ TEST(PreparedSchedule, EachConnectionCountsItsOwnReceives) {
         const Step& st = p.sched.lanes[l].steps[i];
         if (!primReceives(st.prim) || ConnKey{st.recvPeer, st.channel} != p.recvs[c]) continue;
         if (st.prim == Prim::kRecv) {
-          ASSERT_LT(next, p.recvTargets[c].size());
-          EXPECT_EQ(p.recvTargets[c][next].index, index);
-          EXPECT_EQ(p.recvTargets[c][next].lane, l);
-          EXPECT_EQ(p.recvTargets[c][next].step, i);
+          ASSERT_LT(next, p.zeroCopy().recvTargets[c].size());
+          EXPECT_EQ(p.zeroCopy().recvTargets[c][next].index, index);
+          EXPECT_EQ(p.zeroCopy().recvTargets[c][next].lane, l);
+          EXPECT_EQ(p.zeroCopy().recvTargets[c][next].step, i);
           ++next;
         }
         ++index;
       }
-    EXPECT_EQ(next, p.recvTargets[c].size());
+    EXPECT_EQ(next, p.zeroCopy().recvTargets[c].size());
     targets += next;
   }
   EXPECT_EQ(targets, recvSteps);
@@ -116,13 +116,13 @@ TEST(PreparedSchedule, OverlappingWritesAreNotAlone) {
   a.push_back(step(Prim::kRecv, -1, 1, kOutputBuf, 70, 0));          // a6: empty
   a.push_back(step(Prim::kRecv, -1, 1, kOutputBuf, 80, 20));         // a7: alone, a target
   p.analyse();
-  EXPECT_EQ(p.soleWriter[0], (std::vector<uint8_t>{0, 1, 1, 0, 1, 0, 0, 1}));
-  EXPECT_EQ(p.soleWriter[1], (std::vector<uint8_t>{0, 0}));
+  EXPECT_EQ(p.zeroCopy().soleWriter[0], (std::vector<uint8_t>{0, 1, 1, 0, 1, 0, 0, 1}));
+  EXPECT_EQ(p.zeroCopy().soleWriter[1], (std::vector<uint8_t>{0, 0}));
   ASSERT_EQ(p.recvs, (std::vector<ConnKey>{{1, 0}}));
   ASSERT_EQ(p.sends, (std::vector<ConnKey>{{2, 0}}));
-  ASSERT_EQ(p.recvTargets.size(), 1u);
+  ASSERT_EQ(p.zeroCopy().recvTargets.size(), 1u);
   std::vector<uint32_t> indices, steps;
-  for (const PreparedSchedule::TargetStep& t : p.recvTargets[0]) {
+  for (const ZeroCopyInfo::TargetStep& t : p.zeroCopy().recvTargets[0]) {
     EXPECT_EQ(t.lane, 0u);
     indices.push_back(t.index);
     steps.push_back(t.step);
