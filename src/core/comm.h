@@ -64,16 +64,14 @@ struct ZeroCopyInfo {
   // there), and nothing else lands there while the op runs (a net ring may receive into
   // it ahead of the step). Steps that write nothing have 0.
   std::vector<std::vector<uint8_t>> soleWriter;
-  // For each connection of PreparedSchedule::recvs: how many messages the schedule
-  // receives on it, and its kRecv steps into the output that are their range's sole
-  // writer, so that a net ring may receive them straight into place; `index` counts the
-  // connection's receives in the schedule (one lane uses a connection, so that is also
-  // the order they arrive in).
+  // For each connection of PreparedSchedule::recvs: its kRecv steps into the output that
+  // are their range's sole writer, so that a net ring may receive them straight into
+  // place; `index` counts the connection's receives in the schedule (one lane uses a
+  // connection, so that is also the order they arrive in).
   struct TargetStep {
     uint32_t index;
     uint32_t lane, step;  // sched.lanes[lane].steps[step]
   };
-  std::vector<uint32_t> recvCounts;
   std::vector<std::vector<TargetStep>> recvTargets;
 };
 

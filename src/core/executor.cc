@@ -232,8 +232,8 @@ void CommRunner::planRecvs(const ExecOp& op) {
   targeted_.clear();
   // In place, the output is the input, which data arriving early would overwrite before
   // the op read it. The single-copy AllReduce may never run the lanes that would consume
-  // the messages. Such ops still tell each ring how many messages they take.
-  const bool targets = op.inputStable && !op.mapped;
+  // the messages.
+  if (!op.inputStable || op.mapped) return;
   const PreparedSchedule& p = *op.prep;
   for (size_t c = 0; c < p.recvs.size(); ++c) {
     Connection* rc = comm_->recvConnOf(p.recvs[c]).get();
@@ -243,19 +243,29 @@ void CommRunner::planRecvs(const ExecOp& op) {
     for (const ZeroCopyInfo::TargetStep& t : z.recvTargets[c]) {
       const Step& st = p.sched.lanes[t.lane].steps[t.step];
       const size_t bytes = st.count * op.elemSize;
-      if (targets && bytes >= kRecvAtPointerMin)
+      if (bytes >= kRecvAtPointerMin)
         targetList_.push_back({t.index, uint32_t(bytes), op.bufs[st.dst.buf] + st.dst.offset * op.elemSize});
     }
-    rc->planRecvs(z.recvCounts[c], targetList_);
-    if (!targetList_.empty()) targeted_.push_back(rc);
+    if (targetList_.empty()) continue;
+    rc->planRecvs(targetList_);
+    targeted_.push_back(rc);
   }
 }
 
 void CommRunner::quiesceTransfers() {
+  // The pass drops the ring's requests only if it sees the poison. commSetError poisons
+  // every ring, but when another thread (an abort, a revoke) set the error first it may
+  // still be on its way to this ring: poison it here too (the first word set stays).
+  const int code = comm_->asyncError.load();
+  const uint32_t word = encodePoison(code != ncclSuccess ? code : ncclInternalError, comm_->rank);
+  auto quiesce = [word](Connection* c) {
+    if (c->poisoned() == 0) c->poison(word);
+    c->quiesce();
+  };
   for (Connection* c : atPointer_)
-    if (!c->sendsDone()) c->quiesce();
+    if (!c->sendsDone()) quiesce(c);
   atPointer_.clear();
-  for (Connection* c : targeted_) c->quiesce();
+  for (Connection* c : targeted_) quiesce(c);
   targeted_.clear();
 }
 

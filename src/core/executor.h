@@ -113,9 +113,8 @@ class CommRunner {
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);
   Status checkBlocked();
-  // When an op starts: tells each net ring it receives on how many messages it takes there,
-  // and names the op's memory as the landing place of those ZeroCopyInfo::recvTargets
-  // lists (Connection::planRecvs).
+  // When an op starts: names the op's memory as the landing place of the messages that
+  // ZeroCopyInfo::recvTargets lists, on net rings that take it (Connection::planRecvs).
   void planRecvs(const ExecOp& op);
   void claimDriven(const ExecOp& op);
 

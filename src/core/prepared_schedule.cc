@@ -59,10 +59,10 @@ void markSoleWriters(const Schedule& sched, std::vector<std::vector<uint8_t>>* s
 }
 
 void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
-                     const std::vector<std::vector<uint8_t>>& sole, std::vector<uint32_t>* received,
+                     const std::vector<std::vector<uint8_t>>& sole,
                      std::vector<std::vector<ZeroCopyInfo::TargetStep>>* targets) {
   targets->assign(recvs.size(), {});
-  received->assign(recvs.size(), 0);
+  std::vector<uint32_t> received(recvs.size(), 0);
   for (size_t l = 0; l < sched.lanes.size(); ++l) {
     const std::vector<Step>& steps = sched.lanes[l].steps;
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -70,7 +70,7 @@ void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
       if (!primReceives(st.prim)) continue;
       const ConnKey key{st.recvPeer, st.channel};
       const size_t c = size_t(std::lower_bound(recvs.begin(), recvs.end(), key) - recvs.begin());
-      const uint32_t index = (*received)[c]++;
+      const uint32_t index = received[c]++;
       if (st.prim == Prim::kRecv && sole[l][i] && sched.bufs[st.dst.buf].role == BufRole::kOutput)
         (*targets)[c].push_back({index, uint32_t(l), uint32_t(i)});
     }
@@ -84,7 +84,7 @@ void PreparedSchedule::analyse() { collectPeers(sched, &sends, &recvs); }
 const ZeroCopyInfo& PreparedSchedule::zeroCopy() const {
   std::call_once(zeroCopyOnce_, [this] {
     markSoleWriters(sched, &zeroCopy_.soleWriter);
-    listRecvTargets(sched, recvs, zeroCopy_.soleWriter, &zeroCopy_.recvCounts, &zeroCopy_.recvTargets);
+    listRecvTargets(sched, recvs, zeroCopy_.soleWriter, &zeroCopy_.recvTargets);
   });
   return zeroCopy_;
 }

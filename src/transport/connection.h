@@ -118,13 +118,10 @@ class ConnMemory {
   // memory of this process that the receiving end names beforehand (Connection::planRecvs):
   // the net receive rings, with a plugin that receives into any host memory.
   virtual bool receivesAtPointers() const { return false; }
-  // The operation that starts receives messages [first, first + count): message
-  // first + t.index lands at t.at when its receive is posted after this call (one posted
-  // before still lands in its slot). The list is sorted by index and replaces the
-  // previous plan. Until the next plan, at most one receive beyond the operation's is
-  // posted ahead (into a slot), so the next operation finds its messages mostly unposted
-  // and can name their targets.
-  virtual void planRecvs(uint64_t /*first*/, uint32_t /*count*/, std::span<const RecvTarget> /*targets*/) {}
+  // Message first + t.index of the operation that starts lands at t.at when its receive
+  // is posted after this call (one posted before still lands in its slot). The list is
+  // sorted by index and replaces the previous plan.
+  virtual void planRecvs(uint64_t /*first*/, std::span<const RecvTarget> /*targets*/) {}
   // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
   // may instead be driven by the executor while it waits (net/proxy.h says why):
   // claimDrive() claims the ring for the calling thread, drive() then moves what can move
@@ -178,15 +175,15 @@ class Connection {
   void quiesce() {
     if (memory_) memory_->quiesce();
   }
-  // Receiver, on a receivesAtPointers() ring, when an operation starts: it receives
-  // `count` messages here, and would like message t.index of them (counted from the next
-  // one this end receives) to land at t.at. Each one that does is returned by tryRecvSlot
-  // at that address; the others come in their slot as usual. Until every one was
-  // received, nothing else may write the target memory, and on failure quiesce() must run
-  // before it is given back to the user. Every operation that receives on such a ring
-  // should call it: without, the ring still works, one message in flight at a time.
+  // Receiver, on a receivesAtPointers() ring, when an operation starts: the operation
+  // would like message t.index of those it receives here (counted from the next one this
+  // end receives) to land at t.at. Each one that does is returned by tryRecvSlot at that
+  // address; the others come in their slot as usual (the ring keeps nsteps receives
+  // posted, so an operation's first messages usually do). Until every one was received,
+  // nothing else may write the target memory, and on failure quiesce() must run before
+  // it is given back to the user.
   bool receivesAtPointers() const { return recvAtPointers_; }
-  void planRecvs(uint32_t count, std::span<const RecvTarget> targets) { memory_->planRecvs(step_, count, targets); }
+  void planRecvs(std::span<const RecvTarget> targets) { memory_->planRecvs(step_, targets); }
 
   // Receiver: the next message, or nullptr when none has arrived.
   const char* tryRecvSlot(uint32_t* bytes, uint64_t* sig) {

@@ -193,6 +193,38 @@ TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
   EXPECT_NE(std::string(o.reports[0].msg).find("timed out"), std::string::npos) << o.describe();
 }
 
+// Two ranks that each send to the other before they receive, without a group: each send
+// completes only once the peer's net has taken its messages (they leave from the user's
+// buffer), so it relies on the receive rings keeping their nsteps receives posted while
+// their own rank is busy sending (4 x 512 KiB here). 1 MiB + 28 B is three messages.
+// Connections are made by the first operation that needs them, with both ends in it: a
+// grouped exchange makes them first (an ungrouped send would wait for the peer's end).
+TEST(NetRanks, UngroupedSendsBothWaysWithinTheRingsBuffers) {
+  Outcome o = nettest::runCluster(loopback(2, 1), [](ncclComm_t comm, int rank, int, Shared* sh, bool*) {
+    const size_t count = (1u << 18) + 7;
+    std::vector<float> in(count), out(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = float(rank * 1000000 + int(i % 100000));
+    std::string err;
+    ncclGroupStart();
+    ncclSend(in.data(), 1, ncclFloat, 1 - rank, comm, nullptr);
+    ncclRecv(out.data(), 1, ncclFloat, 1 - rank, comm, nullptr);
+    if (ncclGroupEnd() != ncclSuccess) err = std::string("connecting: ") + ncclGetLastError(comm);
+    for (int it = 0; it < 3 && err.empty(); ++it) {
+      if (ncclSend(in.data(), count, ncclFloat, 1 - rank, comm, nullptr) != ncclSuccess ||
+          ncclRecv(out.data(), count, ncclFloat, 1 - rank, comm, nullptr) != ncclSuccess) {
+        err = ncclGetLastError(comm);
+        break;
+      }
+      for (size_t i = 0; i < count && err.empty(); ++i)
+        if (out[i] != float((1 - rank) * 1000000 + int(i % 100000)))
+          err = "element " + std::to_string(i) + " is " + std::to_string(out[i]);
+    }
+    nettest::report(sh, rank, err.empty() ? 0 : 1, err);
+    return err.empty();
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
 // Large receives into an out-of-place output land there straight from the net
 // (SNCCL_NET_RECV_USER_BUFFERS, Connection::planRecvs), so the net holds pointers
 // into the user's buffer while the call runs. When the call fails, it must return only

@@ -97,8 +97,9 @@ TEST(PreparedSchedule, EachConnectionCountsItsOwnReceives) {
 }
 
 // Writes that overlap, in the same lane or another, or that read what they write, are
-// not alone; ranges that only touch are; other buffers do not interfere; a Recv into
-// scratch is alone but not a target (only the output is); empty steps write nothing.
+// not alone, nor are writes inside a longer one that an earlier, shorter one ends before;
+// ranges that only touch are alone; other buffers do not interfere; a Recv into scratch
+// is alone but not a target (only the output is); empty steps write nothing.
 TEST(PreparedSchedule, OverlappingWritesAreNotAlone) {
   PreparedSchedule p;
   p.sched.bufs = {{BufRole::kInput, 100}, {BufRole::kOutput, 100}, {BufRole::kScratch, 100}};
@@ -115,9 +116,12 @@ TEST(PreparedSchedule, OverlappingWritesAreNotAlone) {
   a.push_back(step(Prim::kSend, 2, -1, kOutputBuf, 0, 100));         // a5: writes nothing
   a.push_back(step(Prim::kRecv, -1, 1, kOutputBuf, 70, 0));          // a6: empty
   a.push_back(step(Prim::kRecv, -1, 1, kOutputBuf, 80, 20));         // a7: alone, a target
+  b.push_back(step(Prim::kCopy, -1, -1, kOutputBuf, 100, 100));      // b2: spans a8 and a9
+  a.push_back(step(Prim::kRecv, -1, 1, kOutputBuf, 110, 10));        // a8: inside b2
+  a.push_back(step(Prim::kRecv, -1, 1, kOutputBuf, 150, 10));        // a9: inside b2, after a8
   p.analyse();
-  EXPECT_EQ(p.zeroCopy().soleWriter[0], (std::vector<uint8_t>{0, 1, 1, 0, 1, 0, 0, 1}));
-  EXPECT_EQ(p.zeroCopy().soleWriter[1], (std::vector<uint8_t>{0, 0}));
+  EXPECT_EQ(p.zeroCopy().soleWriter[0], (std::vector<uint8_t>{0, 1, 1, 0, 1, 0, 0, 1, 0, 0}));
+  EXPECT_EQ(p.zeroCopy().soleWriter[1], (std::vector<uint8_t>{0, 0, 0}));
   ASSERT_EQ(p.recvs, (std::vector<ConnKey>{{1, 0}}));
   ASSERT_EQ(p.sends, (std::vector<ConnKey>{{2, 0}}));
   ASSERT_EQ(p.zeroCopy().recvTargets.size(), 1u);
@@ -127,7 +131,7 @@ TEST(PreparedSchedule, OverlappingWritesAreNotAlone) {
     indices.push_back(t.index);
     steps.push_back(t.step);
   }
-  // Receives on the connection: a0 a1 a2 a3 a4 a6 a7 = indices 0..6.
+  // Receives on the connection: a0 a1 a2 a3 a4 a6 a7 a8 a9 = indices 0..8.
   EXPECT_EQ(steps, (std::vector<uint32_t>{1, 7}));
   EXPECT_EQ(indices, (std::vector<uint32_t>{1, 6}));
 }

@@ -241,7 +241,7 @@ bool RecvEntry::progress() {
   }
   uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
   seen_ = head;
-  while (posted_ < postLimit(head)) {
+  while (posted_ < head + ring_.nsteps) {
     void* data = ring_.slot(posted_);
     size_t size = ring_.slotBytes;
     // The executor's memory for this message, if it named some (RecvPlan): the size is
@@ -275,7 +275,7 @@ bool RecvEntry::arm() {
 
 bool RecvEntry::needsProxy() {
   return state_ != State::kActive || deferredPoison_ != 0 ||
-         posted_ < postLimit(ring_.ctrl->head.load(std::memory_order_acquire)) || !net_->quiescent(comm_);
+         posted_ < ring_.ctrl->head.load(std::memory_order_acquire) + ring_.nsteps || !net_->quiescent(comm_);
 }
 
 void RecvEntry::closeComm(uint32_t abortCode) {

@@ -20,7 +20,6 @@
 // frame so the peer fails fast too.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -62,27 +61,21 @@ class FailureNote {
   std::string text_;
 };
 
-// What the executor's current operation receives on a ring (Connection::planRecvs): how
-// many messages, and where some of them should land. Set by the executor when an
-// operation starts, read by whoever posts the ring's receives (proxy or executor, under
-// the entry's drive lock), for steps in increasing order. A receive posted before the
-// plan was set, or whose step has no target, goes to its slot: a target is an offer, and
-// missing it only costs a copy.
+// Where the executor's current operation wants some of its messages on a ring to land
+// (Connection::planRecvs). Set by the executor when an operation starts, read by whoever
+// posts the ring's receives (proxy or executor, under the entry's drive lock), for steps
+// in increasing order. A receive posted before the plan was set (a ring keeps nsteps
+// receives posted, also between operations), or whose step has no target, goes to its
+// slot: a target is an offer, and missing it only costs a copy.
 class RecvPlan {
  public:
-  void set(uint64_t first, uint32_t count, std::span<const RecvTarget> targets) {
+  void set(uint64_t first, std::span<const RecvTarget> targets) {
     std::lock_guard<std::mutex> lock(mu_);
     first_ = first;
     list_.assign(targets.begin(), targets.end());  // keeps its capacity: no allocation per op
     next_ = 0;
     end_.store(targets.empty() ? 0 : first + targets.back().index + 1, std::memory_order_release);
-    limit_.store(first + count + 1, std::memory_order_release);
   }
-  // Receives are posted for steps below this, given `head` (the executor's next step):
-  // the operation's messages and one more (the next operation's first, so a small
-  // operation does not wait for its receive to be posted), never fewer than the next
-  // message (a ring some operation did not plan still moves).
-  uint64_t postLimit(uint64_t head) const { return std::max(limit_.load(std::memory_order_acquire), head + 1); }
   // Where message `step` is to land (nullptr: its slot) and its exact size.
   const char* find(uint64_t step, uint32_t* bytes) {
     // Between operations the list only names steps already received: no lock.
@@ -100,7 +93,6 @@ class RecvPlan {
   std::vector<RecvTarget> list_;
   size_t next_ = 0;                // list_ entries before it name steps already posted
   std::atomic<uint64_t> end_{0};   // the step after the last one listed
-  std::atomic<uint64_t> limit_{1};  // see postLimit(); before the first plan, one receive
 };
 
 struct RingView {
@@ -203,11 +195,6 @@ class RecvEntry : public NetEntry {
   void closeComm(uint32_t abortCode) override;
   bool ringDrained() const override {
     return ring_.ctrl->head.load(std::memory_order_acquire) >= done_;
-  }
-  // Receives may be posted for steps below this: every free slot, within the plan.
-  uint64_t postLimit(uint64_t head) const {
-    const uint64_t slots = head + ring_.nsteps;
-    return ring_.plan != nullptr ? std::min(slots, ring_.plan->postLimit(head)) : slots;
   }
 
  private:

@@ -46,9 +46,7 @@ class NetRing : public ConnMemory {
   bool drive() override { return entry_->tryDrive(); }
   bool sendsAtPointers() const override { return send_ && atPointers_; }
   bool receivesAtPointers() const override { return !send_ && atPointers_; }
-  void planRecvs(uint64_t first, uint32_t count, std::span<const RecvTarget> targets) override {
-    plan_.set(first, count, targets);
-  }
+  void planRecvs(uint64_t first, std::span<const RecvTarget> targets) override { plan_.set(first, targets); }
   void quiesce() override {
     if (entry_ != nullptr) entry_->quiesce();
   }
