@@ -38,16 +38,18 @@ constexpr size_t index(Id id) { return static_cast<size_t>(id); }
 
 struct Raw {
   std::string text;
-  const char* source;
+  std::string source;  // the variable's name, or "default"
   bool set;
 };
 
-// SNCCL_X first, then its NCCL alias, then the default. An empty value counts as unset,
-// because `NCCL_X= cmd` is how shells clear an inherited variable for one command.
+// SNCCL_X first, then its NCCL aliases in order, then the default. An empty value counts
+// as unset, because `NCCL_X= cmd` is how shells clear an inherited variable for one
+// command.
 Raw resolve(const Def& d) {
-  for (const char* name : {d.name, d.alias}) {
-    if (name == nullptr) continue;
-    const char* v = std::getenv(name);
+  std::vector<std::string> names = aliases(d);
+  names.insert(names.begin(), d.name);
+  for (const std::string& name : names) {
+    const char* v = std::getenv(name.c_str());
     if (v != nullptr && *v != '\0') return {v, name, true};
   }
   return {d.defaultValue, "default", false};
@@ -55,7 +57,7 @@ Raw resolve(const Def& d) {
 
 struct Value {
   std::string text;
-  const char* source = "default";
+  std::string source = "default";
   bool set = false;
   bool malformed = false;  // set but not an integer: number holds the default instead
   int64_t number = 0;
@@ -79,7 +81,7 @@ Registry& registry() {
       Raw raw = resolve(kDefs[i]);
       Value& v = r->values[i];
       v.text = std::move(raw.text);
-      v.source = raw.source;
+      v.source = std::move(raw.source);
       v.set = raw.set;
       std::optional<int64_t> n = parseInt(v.text);
       if (!n && raw.set && kDefs[i].type == Type::kInt) {
@@ -108,9 +110,9 @@ const Value& get(Id id, bool asInt) {
     if (asInt && v.malformed) {
       SN_WARN("Invalid value '%s' for %s (expected an integer such as 42, 0x2a, -1 or 4K); "
               "using the default %s",
-              v.text.c_str(), v.source, kDefs[i].defaultValue);
+              v.text.c_str(), v.source.c_str(), kDefs[i].defaultValue);
     } else {
-      SN_INFO(log::kEnv, "%s set by environment to %s", v.source, v.text.c_str());
+      SN_INFO(log::kEnv, "%s set by environment to %s", v.source.c_str(), v.text.c_str());
     }
   }
   return v;
@@ -130,7 +132,19 @@ const std::string& getString(Id id) { return get(id, false).text; }
 
 bool isSet(Id id) { return registry().values[index(id)].set; }
 
-const char* source(Id id) { return registry().values[index(id)].source; }
+const char* source(Id id) { return registry().values[index(id)].source.c_str(); }
+
+std::vector<std::string> aliases(const Def& d) {
+  std::vector<std::string> out;
+  if (d.alias == nullptr) return out;
+  std::string_view rest = d.alias;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    out.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return out;
+}
 
 std::string readUncached(Id id) { return resolve(def(id)).text; }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace snccl::params {
@@ -25,13 +26,15 @@ struct Def {
   Id id;
   Type type;
   const char* name;   // SNCCL_...
-  const char* alias;  // NCCL_... or nullptr
+  const char* alias;  // NCCL_... or nullptr; several comma-separated: NCCL's name, then older ones
   const char* defaultValue;
   const char* help;
 };
 
 std::span<const Def> all();
 const Def& def(Id id);
+// The NCCL names of a parameter (Def::alias split at commas), in precedence order.
+std::vector<std::string> aliases(const Def& d);
 
 // Integer value (decimal, 0x hex, or with K/M/G suffix = x1024). A malformed value warns
 // once and yields the default.

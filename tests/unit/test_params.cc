@@ -72,9 +72,9 @@ TEST(Table, Integrity) {
     EXPECT_EQ(&def(d.id), &d);
     EXPECT_EQ(std::string(d.name).rfind("SNCCL_", 0), 0u);
     EXPECT_TRUE(names.insert(d.name).second) << "duplicate name";
-    if (d.alias != nullptr) {
-      EXPECT_EQ(std::string(d.alias).rfind("NCCL_", 0), 0u);
-      EXPECT_TRUE(names.insert(d.alias).second) << "alias collides with another name";
+    for (const std::string& alias : aliases(d)) {
+      EXPECT_EQ(alias.rfind("NCCL_", 0), 0u);
+      EXPECT_TRUE(names.insert(alias).second) << "alias " << alias << " collides with another name";
     }
     ASSERT_NE(d.help, nullptr);
     EXPECT_GT(std::string(d.help).size(), 10u) << "every parameter needs a real help line";
@@ -98,7 +98,7 @@ using Env = std::vector<std::pair<const char*, const char*>>;
   alarm(30);
   for (const Def& d : all()) {
     unsetenv(d.name);
-    if (d.alias) unsetenv(d.alias);
+    for (const std::string& alias : aliases(d)) unsetenv(alias.c_str());
   }
   for (const auto& [k, v] : env) setenv(k, v, 1);
   std::string failure = body();
@@ -163,6 +163,22 @@ TEST(Registry, AliasAndPrecedence) {
     CHILD_CHECK(getInt(Id::Steps) == 8);
     CHILD_CHECK(!isSet(Id::Steps));
     CHILD_CHECK(getString(Id::SocketFamily) == "AF_INET");
+    return std::string();
+  });
+}
+
+// A parameter with several NCCL names (NCCL_MAX_CTAS, then the older NCCL_MAX_NCHANNELS)
+// takes the older one when only it is set, and the current one when both are.
+TEST(Registry, OlderNcclNamesAreHonouredAfterTheCurrentOne) {
+  Env env = {{"NCCL_MIN_NCHANNELS", "3"},  // older name only
+             {"NCCL_MAX_CTAS", "6"},       // both: the current name wins
+             {"NCCL_MAX_NCHANNELS", "9"}};
+  expectInFreshProcess(env, [] {
+    CHILD_CHECK(getInt(Id::MinNchannels) == 3);
+    CHILD_CHECK(std::string(source(Id::MinNchannels)) == "NCCL_MIN_NCHANNELS");
+    CHILD_CHECK(getInt(Id::MaxNchannels) == 6);
+    CHILD_CHECK(std::string(source(Id::MaxNchannels)) == "NCCL_MAX_CTAS");
+    CHILD_CHECK((aliases(def(Id::MaxNchannels)) == std::vector<std::string>{"NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS"}));
     return std::string();
   });
 }
