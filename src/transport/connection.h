@@ -46,7 +46,9 @@ constexpr uint32_t kInlineBytes = 40;
 enum : uint32_t {
   kInSlot = 0,    // the slot of its step
   kInline = 1,    // ConnFifoEntry::data (inline rings)
-  kAtPointer = 2  // ConnFifoEntry::at, memory of the sending process (pointer-send rings)
+  // ConnFifoEntry::at: memory of the sending process (postAt), or, on a receive ring,
+  // where the net put the message (planRecvs)
+  kAtPointer = 2
 };
 
 // A message of the current operation that a net ring should receive straight into the

@@ -5,8 +5,10 @@
 // the ring's receiver: it isends every slot the executor posted (tail), or the executor's
 // own memory that the fifo entry names instead (Connection::postAt), and frees the slot
 // (head) when the send completed. On the receiving rank it plays the ring's sender: it
-// posts an irecv for every free slot (up to nsteps ahead of head) and publishes tail when
-// data has arrived, re-posting after the executor releases the slot. The irecvs are the
+// posts an irecv for every free slot (up to nsteps ahead of head), into the slot or into
+// the executor's memory that the operation's RecvPlan names for that message
+// (Connection::planRecvs; the fifo entry then says where it landed), and publishes tail
+// when data has arrived, re-posting after the executor releases the slot. The irecvs are the
 // credits of the net layer, so the two rings and the network form one credit loop: the
 // sending executor can run at most nsteps messages ahead of what the receiving executor
 // has consumed plus what the network holds.
