@@ -168,7 +168,11 @@ TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
       nettest::report(sh, rank, 1, std::string("first allreduce: ") + ncclGetLastError(comm));
       return false;
     }
+    // Rank 1's call may return before its own message has left its process (the proxy
+    // finishes connecting and sending): it is stopped only once rank 0 got that message.
+    if (rank == 0) __atomic_store_n(&sh->r[0].iters, 1, __ATOMIC_SEQ_CST);
     if (rank == 1) {
+      while (__atomic_load_n(&sh->r[0].iters, __ATOMIC_SEQ_CST) == 0) usleep(1000);  // bounded by the watchdog
       __atomic_store_n(&sh->r[1].iters, 1, __ATOMIC_SEQ_CST);  // ready to be stopped
       for (;;) pause();                                        // then killed
     }
