@@ -392,6 +392,80 @@ TEST(SocketNet, MessageLargerThanPostedReceiveIsAnError) {
   closePair(net, p);
 }
 
+// Net::retargetRecv: a posted receive moves to other memory until its message's frame is
+// matched, and not after, when part of the message may already sit in the old memory.
+TEST(SocketNet, PostedReceiveMovesUntilItsMessageStartsArriving) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  const size_t small = 200 << 10, big = 16 << 20;  // big: more than loopback's socket buffers hold
+  std::vector<char> src1 = pattern(small, 3), src2 = pattern(big, 4);
+  std::vector<char> slot1(256 << 10, 0), target1(small, 0), slot2(big, 0), target2(big, 0);
+  Request* r1 = postRecv(net, p.recv, slot1.data(), slot1.size());
+  Request* r2 = postRecv(net, p.recv, slot2.data(), slot2.size());
+  ASSERT_TRUE(r1 && r2);
+  EXPECT_TRUE(net->retargetRecv(r1, target1.data(), target1.size()));
+  auto send = [&](std::vector<char>& src) {
+    Request* sr = nullptr;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (sr == nullptr && Clock::now() < deadline) {
+      Status s = net->isend(p.send, src.data(), src.size(), 0, 0, nullptr, &sr);
+      EXPECT_TRUE(s.ok()) << s.message();
+      if (!s.ok()) break;
+    }
+    return sr;
+  };
+  Request* s1 = send(src1);
+  ASSERT_NE(s1, nullptr);
+  size_t got = 0;
+  ASSERT_TRUE(waitReq(net, s1).ok());
+  Status st = waitReq(net, r1, &got);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(got, small);
+  EXPECT_EQ(target1, src1) << "the moved receive did not land in its new memory";
+  EXPECT_EQ(slot1, std::vector<char>(slot1.size(), 0)) << "the moved receive wrote its old memory";
+
+  // The second message's frame is written by isend before its first bytes, and loopback
+  // delivers during send(2): one test() of the receive matches it with most of the bytes
+  // still to come. From then on the receive stays where it is.
+  Request* s2 = send(src2);
+  ASSERT_NE(s2, nullptr);
+  bool done = false;
+  ASSERT_TRUE(net->test(r2, &done, &got, nullptr).ok());
+  ASSERT_FALSE(done) << "16 MiB went through loopback in one pass; the test cannot check the late move";
+  EXPECT_FALSE(net->retargetRecv(r2, target2.data(), target2.size())) << "moved a receive whose data was arriving";
+  auto progressSend = [&] {
+    bool sd = false;
+    if (s2 != nullptr) {
+      EXPECT_TRUE(net->test(s2, &sd, nullptr, nullptr).ok());
+      if (sd) s2 = nullptr;
+    }
+  };
+  st = waitReq(net, r2, &got, nullptr, progressSend);
+  ASSERT_TRUE(st.ok()) << st.message();
+  if (s2 != nullptr) {
+    ASSERT_TRUE(waitReq(net, s2).ok());
+  }
+  EXPECT_EQ(got, big);
+  EXPECT_TRUE(slot2 == src2) << "the receive that could not move lost data";
+  EXPECT_TRUE(target2 == std::vector<char>(big, 0)) << "a refused move still wrote the new memory";
+
+  // Moved into less memory than the message needs: the receive fails, nothing overruns.
+  std::vector<char> slot3(4000, 0), target3(100, 0);
+  Request* r3 = postRecv(net, p.recv, slot3.data(), slot3.size());
+  ASSERT_NE(r3, nullptr);
+  ASSERT_TRUE(net->retargetRecv(r3, target3.data(), target3.size()));
+  std::vector<char> src3 = pattern(1000, 5);
+  Request* s3 = send(src3);
+  ASSERT_NE(s3, nullptr);
+  st = waitReq(net, r3, &got, nullptr, [&] {
+    bool sd = false;
+    if (s3 != nullptr && net->test(s3, &sd, nullptr, nullptr).ok() && sd) s3 = nullptr;
+  });
+  EXPECT_FALSE(st.ok()) << "a 1000-byte message was received into 100 bytes";
+  closePair(net, p);
+}
+
 TEST(SocketNet, PollDescriptorsReportIncomingData) {
   Net* net = loopNet();
   Pair p = connectPair(net);

@@ -45,9 +45,8 @@ bool NetEntry::handleLocalPoison() {
   return true;
 }
 
-NetEntry::Oldest NetEntry::testOldest(size_t* size, uint64_t* imm, const char** at) {
+NetEntry::Oldest NetEntry::testOldest(size_t* size, uint64_t* imm) {
   bool done = false;
-  *at = inflight_.front().at;
   Status s = net_->test(inflight_.front().req, &done, size, imm);
   if (!s.ok()) {
     inflight_.pop_front();  // a failed request is gone (Net::test)
@@ -154,14 +153,21 @@ bool SendEntry::progress() {
   }
   while (!inflight_.empty()) {
     size_t size = 0;
-    const char* at = nullptr;
-    Oldest t = testOldest(&size, nullptr, &at);
+    Oldest t = testOldest(&size, nullptr);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
     publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
     moved = true;
   }
   return moved;
+}
+
+void SendEntry::settle() {
+  // Nothing posted is still to send or to complete: the comm owes the peer nothing (the
+  // receiver's credits wait in the socket until a send needs them).
+  if (state_ == State::kActive && inflight_.empty() && posted_ == ring_.ctrl->tail.load(std::memory_order_acquire))
+    return;
+  NetEntry::settle();
 }
 
 bool SendEntry::arm() {
@@ -223,12 +229,12 @@ bool RecvEntry::progress() {
     listen_ = nullptr;
     setActive();
   }
-  bool moved = false;
+  bool moved = retarget();
   while (!inflight_.empty()) {
     size_t size = 0;
     uint64_t imm = 0;
-    const char* at = nullptr;
-    Oldest t = testOldest(&size, &imm, &at);
+    const char* at = inflight_.front().at;  // where it lands: gone from inflight_ once done
+    Oldest t = testOldest(&size, &imm);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
     ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
@@ -239,6 +245,11 @@ bool RecvEntry::progress() {
     publish(ring_.ctrl->tail, ++done_, ring_.ctrl->recvSleeping, ring_.ctrl->tailSeq);
     moved = true;
   }
+  return postReceives() || moved;
+}
+
+bool RecvEntry::postReceives() {
+  bool moved = false;
   uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
   seen_ = head;
   while (posted_ < head + ring_.nsteps) {
@@ -263,6 +274,37 @@ bool RecvEntry::progress() {
     inflight_.push_back({r, target});
     ++posted_;
     moved = true;
+  }
+  return moved;
+}
+
+void RecvEntry::settle() {
+  // The executor just freed slots: re-post their receives (the peer's credits). Testing
+  // the oldest receive here would only ask the socket again for the next operation's
+  // first message, which that operation (or the proxy) asks for anyway.
+  if (state_ != State::kActive || handleLocalPoison()) {
+    NetEntry::settle();
+    return;
+  }
+  postReceives();
+}
+
+bool RecvEntry::retarget() {
+  // A new plan may name messages whose receives were posted into slots before it (a ring
+  // keeps nsteps posted between operations). Those whose data has not started to arrive
+  // move to their target; the others stay in their slot and are copied.
+  if (ring_.plan == nullptr || ring_.plan->version() == planSeen_) return false;
+  planSeen_ = ring_.plan->version();
+  bool moved = false;
+  for (size_t i = 0; i < inflight_.size(); ++i) {
+    InFlight& f = inflight_[i];
+    uint32_t bytes = 0;
+    const char* target = ring_.plan->find(done_ + i, &bytes);
+    if (f.at != nullptr || target == nullptr) continue;
+    if (net_->retargetRecv(f.req, const_cast<char*>(target), bytes)) {
+      f.at = target;
+      moved = true;
+    }
   }
   return moved;
 }

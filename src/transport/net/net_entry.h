@@ -7,7 +7,8 @@
 // (head) when the send completed. On the receiving rank it plays the ring's sender: it
 // posts an irecv for every free slot (up to nsteps ahead of head), into the slot or into
 // the executor's memory that the operation's RecvPlan names for that message
-// (Connection::planRecvs; the fifo entry then says where it landed), and publishes tail
+// (Connection::planRecvs; receives posted before the plan move there if the net allows;
+// the fifo entry then says where it landed), and publishes tail
 // when data has arrived, re-posting after the executor releases the slot. The irecvs are the
 // credits of the net layer, so the two rings and the network form one credit loop: the
 // sending executor can run at most nsteps messages ahead of what the receiving executor
@@ -67,8 +68,10 @@ class FailureNote {
 // (Connection::planRecvs). Set by the executor when an operation starts, read by whoever
 // posts the ring's receives (proxy or executor, under the entry's drive lock), for steps
 // in increasing order. A receive posted before the plan was set (a ring keeps nsteps
-// receives posted, also between operations), or whose step has no target, goes to its
-// slot: a target is an offer, and missing it only costs a copy.
+// receives posted, also between operations) moves to its target if the net can still
+// move it (Net::retargetRecv: nothing of the message has arrived); otherwise, and for
+// steps without a target, the message goes to its slot: a target is an offer, and
+// missing it only costs a copy.
 class RecvPlan {
  public:
   void set(uint64_t first, std::span<const RecvTarget> targets) {
@@ -77,7 +80,11 @@ class RecvPlan {
     list_.assign(targets.begin(), targets.end());  // keeps its capacity: no allocation per op
     next_ = 0;
     end_.store(targets.empty() ? 0 : first + targets.back().index + 1, std::memory_order_release);
+    version_.fetch_add(1, std::memory_order_release);
   }
+  // Changes with every set(): whoever posts the receives compares it with the value it saw
+  // last to learn of a new plan for receives it already posted (RecvEntry::retarget).
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // Where message `step` is to land (nullptr: its slot) and its exact size.
   const char* find(uint64_t step, uint32_t* bytes) {
     // Between operations the list only names steps already received: no lock.
@@ -95,6 +102,7 @@ class RecvPlan {
   std::vector<RecvTarget> list_;
   size_t next_ = 0;                // list_ entries before it name steps already posted
   std::atomic<uint64_t> end_{0};   // the step after the last one listed
+  std::atomic<uint64_t> version_{0};
 };
 
 struct RingView {
@@ -129,11 +137,10 @@ class NetEntry : public ProxyEntry {
   void fail(const Status& s);
   void poisonRing(uint32_t code);
   // Tests the oldest in-flight request (requests complete in posting order). kDone: it
-  // completed and left inflight_ (*size, *imm: what it moved; *at: where, when not in its
-  // slot); kFailed: it failed, left inflight_ and the entry failed (fail()); kPending:
-  // neither.
+  // completed and left inflight_ (*size, *imm: what it moved); kFailed: it failed, left
+  // inflight_ and the entry failed (fail()); kPending: neither.
   enum class Oldest { kPending, kDone, kFailed };
-  Oldest testOldest(size_t* size, uint64_t* imm, const char** at);
+  Oldest testOldest(size_t* size, uint64_t* imm);
   // True when no delivered message waits for the executor (always, on the send side).
   virtual bool ringDrained() const { return true; }
   // Applies a deferred poison once the ring drained; true when it did.
@@ -170,6 +177,7 @@ class SendEntry : public NetEntry {
   void disarm() override { ring_.ctrl->recvSleeping.store(0, std::memory_order_relaxed); }
   bool detachReady() override;
   bool needsProxy() override;
+  void settle() override;
 
  protected:
   Comm* comm() const override { return comm_; }
@@ -190,6 +198,7 @@ class RecvEntry : public NetEntry {
   void disarm() override { ring_.ctrl->sendSleeping.store(0, std::memory_order_relaxed); }
   bool detachReady() override { return true; }  // nothing of the ring is owed to anyone
   bool needsProxy() override;
+  void settle() override;
 
  protected:
   Comm* comm() const override { return comm_; }
@@ -200,7 +209,15 @@ class RecvEntry : public NetEntry {
   }
 
  private:
+  // Moves receives posted before the current plan to their targets where the net still
+  // can (Net::retargetRecv); true when any moved.
+  bool retarget();
+  // Posts receives for the free slots; true when any was posted (false after a failure,
+  // which fail() reports through the ring).
+  bool postReceives();
+
   ListenComm* listen_;
+  uint64_t planSeen_ = 0;  // the RecvPlan::version() retarget() last looked at
   RecvComm* comm_ = nullptr;
 };
 

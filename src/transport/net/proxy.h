@@ -66,6 +66,14 @@ class ProxyEntry {
   // operation. A receive that has its credits posted owes nothing: the data waits in the
   // socket for the next operation's claimant or the proxy's next pass.
   virtual bool needsProxy() { return true; }
+  // What the claimant does (holding driveMutex) as it gives the claim up between
+  // operations: by default a few progress passes, since an operation's final send is
+  // usually posted but not yet written. Entries override it to skip what only costs
+  // system calls there (polling a socket that the next operation polls anyway).
+  virtual void settle() {
+    for (int i = 0; i < 3 && progress(); ++i) {
+    }
+  }
 
   std::mutex& driveMutex() { return driveMu_; }
   void claim() { claimed_.store(true, std::memory_order_seq_cst); }
@@ -84,8 +92,7 @@ class ProxyEntry {
     std::lock_guard<std::mutex> lock(driveMu_);
     progress();
   }
-  // Gives the claim up after a last few passes (an operation's final send is usually
-  // posted but not yet written). Returns whether the proxy must be woken to take over:
+  // Gives the claim up after settle(). Returns whether the proxy must be woken to take over:
   // always when `waiting` (the claimant is about to sleep on this ring), otherwise only
   // when needsProxy().
   bool unclaimAfterDriving(bool waiting) {
@@ -93,8 +100,7 @@ class ProxyEntry {
     {
       std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
       if (lock.owns_lock()) {
-        for (int i = 0; i < 3 && progress(); ++i) {
-        }
+        settle();
         wake = waiting || needsProxy();
       }
     }

@@ -18,7 +18,7 @@ namespace {
 
 using sockwire::Frame;
 
-constexpr size_t kReadChunk = 16384;  // > a frame with the largest inline payload
+constexpr size_t kReadChunk = 131072;  // > a frame with the largest inline payload
 static_assert(kReadChunk > sizeof(sockwire::Frame) + sockwire::kInlineMax, "an incomplete frame plus a chunk must fit");
 
 // What a socket errno means on the network, for the messages survivors see (when this
@@ -89,7 +89,9 @@ Conn::Conn(bool sender, std::vector<sock::Socket> socks, std::string what)
     : sender_(sender), ctrl_(std::move(socks[0])), what_(std::move(what)) {
   for (size_t i = 1; i < socks.size(); ++i) streams_.push_back(Stream{std::move(socks[i]), {}});
   for (SockRequest& r : pool_) r.conn = this;
-  out_.reserve(kMaxRequests * (sizeof(Frame) + sockwire::kInlineMax) + 4 * sizeof(Frame));
+  // Room for a few frames with inline payloads; more only while the socket is full (at
+  // most kMaxRequests frames, the bound on buffering).
+  out_.reserve(2 * (sizeof(Frame) + sockwire::kInlineMax));
   in_.resize(2 * kReadChunk);
 }
 
@@ -195,9 +197,28 @@ Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
   return r;
 }
 
+bool Conn::retarget(SockRequest* r, void* data, size_t size) {
+  // Stream parts are assigned only when the MSG frame is matched, so until then every
+  // byte of the message is still in the sockets.
+  if (sender_ || !error_.ok() || r == nullptr || r->conn != this || !r->used || r->matched) return false;
+  r->data = static_cast<char*>(data);
+  r->size = size;
+  return true;
+}
+
 Status Conn::test(SockRequest* r, bool* done, size_t* size, uint64_t* imm) {
   *done = false;
   if (r == nullptr || r->conn != this || !r->used) return InternalError("NET/Socket: test of an invalid request");
+  // A send that already left (isend wrote a small message whole) completes without
+  // reading the control socket: that read is a system call, and the credits it would
+  // find are read when an isend needs one.
+  if (sender_ && error_.ok() && r->partsLeft == 0 && flushed_ >= r->frameEnd) {
+    *done = true;
+    if (size != nullptr) *size = r->size;
+    if (imm != nullptr) *imm = r->imm;
+    releaseRequest(r);
+    return OkStatus();
+  }
   Status s = progress();
   // An unmatched receive after the goodbye will never be filled. Fail only once the
   // messages framed before the goodbye have fully arrived: failing clears the streams.

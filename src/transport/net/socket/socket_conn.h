@@ -54,6 +54,10 @@ class Conn {
   Result<SockRequest*> isend(void* data, size_t size, int tag, uint64_t imm);
   Result<SockRequest*> irecv(void* data, size_t size, int tag);
   Status test(SockRequest* r, bool* done, size_t* size, uint64_t* imm);
+  // Receiver: points a posted receive whose MSG frame has not been matched yet (so no byte
+  // of it was read) at other memory. The credit already sent keeps its size: a larger
+  // message then fails the receive in matchMessage. False when it is too late.
+  bool retarget(SockRequest* r, void* data, size_t size);
   // Only while a request is live (or an isend waits for credit): the caller tests its
   // requests after a wake-up, and that is what consumes the readiness. An idle connection
   // registers nothing, so unread credits cannot keep poll() returning.

@@ -156,6 +156,11 @@ class SocketNet : public Net {
     return OkStatus();
   }
 
+  bool retargetRecv(Request* req, void* data, size_t size) override {
+    auto* r = static_cast<SockRequest*>(req);
+    return r->conn->retarget(r, data, size);
+  }
+
   // Host memory is coherent: nothing to flush, so no request (the caller treats a null
   // request from iflush as already complete).
   Status iflush(RecvComm*, int, void**, int*, MemHandle**, Request** req) override {
