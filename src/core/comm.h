@@ -92,7 +92,10 @@ struct PreparedSchedule {
   const ZeroCopyInfo& zeroCopy() const;
 
  private:
-  mutable std::once_flag zeroCopyOnce_;
+  // Not std::call_once: glibc's pthread_once wakes futex waiters after every first call,
+  // a system call per send/recv group over the network (each builds its own schedule).
+  mutable std::mutex zeroCopyMu_;
+  mutable std::atomic<bool> zeroCopyDone_{false};
   mutable ZeroCopyInfo zeroCopy_;
 };
 

@@ -89,6 +89,14 @@ bool CommRunner::sendInPlace(Connection* sc, const char* from, size_t bytes, uin
   return true;
 }
 
+bool CommRunner::sendFinalOutput(Connection* sc, const ExecOp& op, size_t lane, size_t index, const char* dst,
+                                 size_t bytes) {
+  // What no other step writes is final once written: it may leave from dst as the input
+  // does. The size test first: small messages never pay for the schedule's analysis.
+  return sc->sendsAtPointers() && bytes >= kSendAtPointerMin && op.prep->zeroCopy().soleWriter[lane][index] &&
+         sendInPlace(sc, dst, bytes, op.sig);
+}
+
 Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t index) {
   const size_t bytes = st.count * op.elemSize;
   Connection* rc = nullptr;
@@ -143,22 +151,19 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
       break;
     case Prim::kRecvReduceCopySend:
       kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
-      // What no other step writes is final: it may leave from dst as the input does.
-      if (sc->sendsAtPointers() && op.prep->zeroCopy().soleWriter[lane][index] &&
-          sendInPlace(sc, dst, bytes, op.sig)) {
-        sc = nullptr;
-        break;
+      if (sendFinalOutput(sc, op, lane, index, dst, bytes)) {
+        sc = nullptr;  // posted
+      } else {
+        std::memcpy(out, dst, bytes);
       }
-      std::memcpy(out, dst, bytes);
       break;
     case Prim::kRecvCopySend:
       std::memcpy(dst, in, bytes);
-      if (sc->sendsAtPointers() && op.prep->zeroCopy().soleWriter[lane][index] &&
-          sendInPlace(sc, dst, bytes, op.sig)) {
-        sc = nullptr;
-        break;
+      if (sendFinalOutput(sc, op, lane, index, dst, bytes)) {
+        sc = nullptr;  // posted
+      } else {
+        std::memcpy(out, dst, bytes);
       }
-      std::memcpy(out, dst, bytes);
       break;
     case Prim::kCopy:
       kernels::copy(dst, src, st.count, op.dt, op.op, scale, st.final);

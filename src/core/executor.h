@@ -103,6 +103,9 @@ class CommRunner {
   // large enough; the caller guarantees the bytes stay unchanged until the op ends, which
   // waits for the ring's sendsDone(). False: nothing posted, copy into the slot.
   bool sendInPlace(Connection* sc, const char* from, size_t bytes, uint64_t sig);
+  // sendInPlace for the output chunk step `index` of `lane` just wrote at dst, when that
+  // step is its range's sole writer (ZeroCopyInfo); false: copy it into the slot.
+  bool sendFinalOutput(Connection* sc, const ExecOp& op, size_t lane, size_t index, const char* dst, size_t bytes);
   // The single-copy AllReduce (mapped_allreduce.cc): true once the op is complete, or
   // once the ranks agreed to fall back to its lanes (mapped_.fallback).
   Result<bool> progressMapped(ExecOp& op);

@@ -82,10 +82,14 @@ void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
 void PreparedSchedule::analyse() { collectPeers(sched, &sends, &recvs); }
 
 const ZeroCopyInfo& PreparedSchedule::zeroCopy() const {
-  std::call_once(zeroCopyOnce_, [this] {
-    markSoleWriters(sched, &zeroCopy_.soleWriter);
-    listRecvTargets(sched, recvs, zeroCopy_.soleWriter, &zeroCopy_.recvTargets);
-  });
+  if (!zeroCopyDone_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(zeroCopyMu_);
+    if (!zeroCopyDone_.load(std::memory_order_relaxed)) {
+      markSoleWriters(sched, &zeroCopy_.soleWriter);
+      listRecvTargets(sched, recvs, zeroCopy_.soleWriter, &zeroCopy_.recvTargets);
+      zeroCopyDone_.store(true, std::memory_order_release);
+    }
+  }
   return zeroCopy_;
 }
 
