@@ -92,7 +92,7 @@ bool CommRunner::sendInPlace(Connection* sc, const char* from, size_t bytes, uin
 bool CommRunner::sendFinalOutput(Connection* sc, const ExecOp& op, size_t lane, size_t index, const char* dst,
                                  size_t bytes) {
   // What no other step writes is final once written: it may leave from dst as the input
-  // does. The size test first: small messages never pay for the schedule's analysis.
+  // does. The size test first: it spares small messages the schedule's analysis.
   return sc->sendsAtPointers() && bytes >= kSendAtPointerMin && op.prep->zeroCopy().soleWriter[lane][index] &&
          sendInPlace(sc, dst, bytes, op.sig);
 }
@@ -240,6 +240,7 @@ void CommRunner::planRecvs(const ExecOp& op) {
   // the messages.
   if (!op.inputStable || op.mapped) return;
   const PreparedSchedule& p = *op.prep;
+  if (p.maxRecvCount * op.elemSize < kRecvAtPointerMin) return;  // nothing to target: skip the analysis
   for (size_t c = 0; c < p.recvs.size(); ++c) {
     Connection* rc = comm_->recvConnOf(p.recvs[c]).get();
     if (rc == nullptr || !rc->receivesAtPointers()) continue;

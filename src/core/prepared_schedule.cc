@@ -10,13 +10,18 @@ namespace snccl {
 
 namespace {
 
-void collectPeers(const Schedule& sched, std::vector<ConnKey>* sends, std::vector<ConnKey>* recvs) {
+void collectPeers(const Schedule& sched, std::vector<ConnKey>* sends, std::vector<ConnKey>* recvs,
+                  size_t* maxRecvCount) {
   sends->clear();
   recvs->clear();
+  *maxRecvCount = 0;
   for (const Lane& lane : sched.lanes)
     for (const Step& st : lane.steps) {
       if (primSends(st.prim)) sends->push_back({st.sendPeer, st.channel});
-      if (primReceives(st.prim)) recvs->push_back({st.recvPeer, st.channel});
+      if (primReceives(st.prim)) {
+        recvs->push_back({st.recvPeer, st.channel});
+        *maxRecvCount = std::max(*maxRecvCount, st.count);
+      }
     }
   for (auto* v : {sends, recvs}) {
     std::sort(v->begin(), v->end());
@@ -79,7 +84,7 @@ void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
 
 }  // namespace
 
-void PreparedSchedule::analyse() { collectPeers(sched, &sends, &recvs); }
+void PreparedSchedule::analyse() { collectPeers(sched, &sends, &recvs, &maxRecvCount); }
 
 const ZeroCopyInfo& PreparedSchedule::zeroCopy() const {
   if (!zeroCopyDone_.load(std::memory_order_acquire)) {

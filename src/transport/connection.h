@@ -120,9 +120,10 @@ class ConnMemory {
   // memory of this process that the receiving end names beforehand (Connection::planRecvs):
   // the net receive rings, with a plugin that receives into any host memory.
   virtual bool receivesAtPointers() const { return false; }
-  // Message first + t.index of the operation that starts lands at t.at when its receive
-  // is posted after this call (one posted before still lands in its slot). The list is
-  // sorted by index and replaces the previous plan.
+  // Message first + t.index of the operation that starts lands at t.at if it has exactly
+  // t.bytes, also when its receive was posted before this call, as long as the transport
+  // has not begun to receive it (then, or with another size, it lands in its slot). The
+  // list is sorted by index and replaces the previous plan.
   virtual void planRecvs(uint64_t /*first*/, std::span<const RecvTarget> /*targets*/) {}
   // Rings whose other end is a helper thread that moves bytes elsewhere (the net proxy)
   // may instead be driven by the executor while it waits (net/proxy.h says why):
@@ -180,10 +181,10 @@ class Connection {
   // Receiver, on a receivesAtPointers() ring, when an operation starts: the operation
   // would like message t.index of those it receives here (counted from the next one this
   // end receives) to land at t.at. Each one that does is returned by tryRecvSlot at that
-  // address; the others come in their slot as usual (the ring keeps nsteps receives
-  // posted, so an operation's first messages usually do). Until every one was received,
-  // nothing else may write the target memory, and on failure quiesce() must run before
-  // it is given back to the user.
+  // address; the others come in their slot as usual (one whose data had begun to arrive
+  // when the operation started, or of another size than planned). Until every one was
+  // received, nothing else may write the target memory, and on failure quiesce() must
+  // run before it is given back to the user.
   bool receivesAtPointers() const { return recvAtPointers_; }
   void planRecvs(std::span<const RecvTarget> targets) { memory_->planRecvs(step_, targets); }
 

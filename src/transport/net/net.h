@@ -105,10 +105,11 @@ class Net {
   // Posts n receives (n <= maxRecvs); *request is null when none can be posted now.
   virtual Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int* tags, MemHandle** mhs,
                        Request** request) = 0;
-  // Not in ncclNet: moves a posted single receive to other memory of at least the size
-  // of the message that will arrive (size: the new capacity; a larger message then fails
-  // the receive). True when it moved; false when the plugin cannot (the default) or
-  // data for it may already have arrived: the receive then completes where it was posted.
+  // Not in ncclNet: asks that the message a posted single receive gets land at `data`
+  // instead, if it has exactly `size` bytes; a message of any other size still lands
+  // where the receive was posted, so the caller tells where it is from the size test()
+  // reports. True when the plugin will do so; false when it cannot (the default) or the
+  // message may already have begun to arrive: then it lands where it was posted.
   virtual bool retargetRecv(Request* /*request*/, void* /*data*/, size_t /*size*/) { return false; }
   // Makes received data visible to a device (GPUDirect); a completed no-op on hosts.
   virtual Status iflush(RecvComm* comm, int n, void** data, int* sizes, MemHandle** mhs, Request** request) = 0;

@@ -147,7 +147,7 @@ bool SendEntry::progress() {
       return true;
     }
     if (r == nullptr) break;  // no credit from the receiver yet: its CTS wakes us
-    inflight_.push_back({r, nullptr});
+    inflight_.push_back({r, nullptr, 0});
     ++posted_;
     moved = true;
   }
@@ -164,8 +164,10 @@ bool SendEntry::progress() {
 
 void SendEntry::settle() {
   // Nothing posted is still to send or to complete: the comm owes the peer nothing (the
-  // receiver's credits wait in the socket until a send needs them).
-  if (state_ == State::kActive && inflight_.empty() && posted_ == ring_.ctrl->tail.load(std::memory_order_acquire))
+  // receiver's credits wait in the socket until a send needs them). A poisoned ring still
+  // gets its passes: they send the ABORT from this thread (runRunners relies on it).
+  if (state_ == State::kActive && inflight_.empty() && posted_ == ring_.ctrl->tail.load(std::memory_order_acquire) &&
+      ring_.ctrl->poison.load(std::memory_order_acquire) == 0)
     return;
   NetEntry::settle();
 }
@@ -233,11 +235,13 @@ bool RecvEntry::progress() {
   while (!inflight_.empty()) {
     size_t size = 0;
     uint64_t imm = 0;
-    const char* at = inflight_.front().at;  // where it lands: gone from inflight_ once done
+    const InFlight f = inflight_.front();  // gone from inflight_ once done
     Oldest t = testOldest(&size, &imm);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
     ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
+    // A moved receive lands at its target only with exactly the planned size (retargetRecv).
+    const char* at = f.at != nullptr && size == f.atBytes ? f.at : nullptr;
     e.bytes = uint32_t(size);
     e.sig = imm;
     e.where = at != nullptr ? kAtPointer : kInSlot;  // tail's release store publishes these
@@ -255,14 +259,6 @@ bool RecvEntry::postReceives() {
   while (posted_ < head + ring_.nsteps) {
     void* data = ring_.slot(posted_);
     size_t size = ring_.slotBytes;
-    // The executor's memory for this message, if it named some (RecvPlan): the size is
-    // then exact, and a sender that disagrees fails the receive rather than overrun it.
-    uint32_t targetBytes = 0;
-    const char* target = ring_.plan != nullptr ? ring_.plan->find(posted_, &targetBytes) : nullptr;
-    if (target != nullptr) {
-      data = const_cast<char*>(target);
-      size = targetBytes;
-    }
     int tag = 0;
     Request* r = nullptr;
     Status s = net_->irecv(comm_, 1, &data, &size, &tag, nullptr, &r);
@@ -271,7 +267,13 @@ bool RecvEntry::postReceives() {
       return true;
     }
     if (r == nullptr) break;
-    inflight_.push_back({r, target});
+    // The executor's memory for this message, if it named some (RecvPlan). Posted into the
+    // slot and then moved, so that a message of another size (ranks that disagree on a
+    // count) still lands in the slot, where the executor reports the mismatch.
+    uint32_t targetBytes = 0;
+    const char* target = ring_.plan != nullptr ? ring_.plan->find(posted_, &targetBytes) : nullptr;
+    if (target != nullptr && !net_->retargetRecv(r, const_cast<char*>(target), targetBytes)) target = nullptr;
+    inflight_.push_back({r, target, targetBytes});
     ++posted_;
     moved = true;
   }
@@ -286,6 +288,7 @@ void RecvEntry::settle() {
     NetEntry::settle();
     return;
   }
+  retarget();  // a plan set since the last pass applies to what is posted now
   postReceives();
 }
 
@@ -303,6 +306,7 @@ bool RecvEntry::retarget() {
     if (f.at != nullptr || target == nullptr) continue;
     if (net_->retargetRecv(f.req, const_cast<char*>(target), bytes)) {
       f.at = target;
+      f.atBytes = bytes;
       moved = true;
     }
   }

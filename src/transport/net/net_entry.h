@@ -5,10 +5,10 @@
 // the ring's receiver: it isends every slot the executor posted (tail), or the executor's
 // own memory that the fifo entry names instead (Connection::postAt), and frees the slot
 // (head) when the send completed. On the receiving rank it plays the ring's sender: it
-// posts an irecv for every free slot (up to nsteps ahead of head), into the slot or into
-// the executor's memory that the operation's RecvPlan names for that message
-// (Connection::planRecvs; receives posted before the plan move there if the net allows;
-// the fifo entry then says where it landed), and publishes tail
+// posts an irecv for every free slot (up to nsteps ahead of head) into the slot, moves it
+// to the executor's memory when the operation's RecvPlan names some for that message
+// (Connection::planRecvs; also for receives posted before the plan, while the net still
+// can: Net::retargetRecv; the fifo entry then says where it landed), and publishes tail
 // when data has arrived, re-posting after the executor releases the slot. The irecvs are the
 // credits of the net layer, so the two rings and the network form one credit loop: the
 // sending executor can run at most nsteps messages ahead of what the receiving executor
@@ -23,6 +23,7 @@
 // frame so the peer fails fast too.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -66,8 +67,7 @@ class FailureNote {
 
 // Where the executor's current operation wants some of its messages on a ring to land
 // (Connection::planRecvs). Set by the executor when an operation starts, read by whoever
-// posts the ring's receives (proxy or executor, under the entry's drive lock), for steps
-// in increasing order. A receive posted before the plan was set (a ring keeps nsteps
+// posts the ring's receives (proxy or executor, under the entry's drive lock). A receive posted before the plan was set (a ring keeps nsteps
 // receives posted, also between operations) moves to its target if the net can still
 // move it (Net::retargetRecv: nothing of the message has arrived); otherwise, and for
 // steps without a target, the message goes to its slot: a target is an offer, and
@@ -78,29 +78,30 @@ class RecvPlan {
     std::lock_guard<std::mutex> lock(mu_);
     first_ = first;
     list_.assign(targets.begin(), targets.end());  // keeps its capacity: no allocation per op
-    next_ = 0;
     end_.store(targets.empty() ? 0 : first + targets.back().index + 1, std::memory_order_release);
     version_.fetch_add(1, std::memory_order_release);
   }
   // Changes with every set(): whoever posts the receives compares it with the value it saw
   // last to learn of a new plan for receives it already posted (RecvEntry::retarget).
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
-  // Where message `step` is to land (nullptr: its slot) and its exact size.
+  // Where message `step` is to land (nullptr: its slot) and its exact size. Any order:
+  // the receives posted before a plan are looked up after later ones were posted.
   const char* find(uint64_t step, uint32_t* bytes) {
     // Between operations the list only names steps already received: no lock.
     if (step >= end_.load(std::memory_order_acquire)) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
-    while (next_ < list_.size() && first_ + list_[next_].index < step) ++next_;
-    if (next_ == list_.size() || first_ + list_[next_].index != step) return nullptr;
-    *bytes = list_[next_].bytes;
-    return list_[next_].at;
+    if (step < first_) return nullptr;
+    auto it = std::lower_bound(list_.begin(), list_.end(), step - first_,
+                               [](const RecvTarget& t, uint64_t index) { return t.index < index; });
+    if (it == list_.end() || it->index != step - first_) return nullptr;
+    *bytes = it->bytes;
+    return it->at;
   }
 
  private:
   std::mutex mu_;
   uint64_t first_ = 0;
   std::vector<RecvTarget> list_;
-  size_t next_ = 0;                // list_ entries before it name steps already posted
   std::atomic<uint64_t> end_{0};   // the step after the last one listed
   std::atomic<uint64_t> version_{0};
 };
@@ -158,7 +159,8 @@ class NetEntry : public ProxyEntry {
   uint32_t deferredPoison_ = 0;
   struct InFlight {
     Request* req;
-    const char* at;  // a receive into a RecvTarget (null: its slot; sends: unused)
+    const char* at;     // a receive moved to a RecvTarget (null: its slot; sends: unused)
+    uint32_t atBytes;   // the target's size: only a message of exactly that size lands there
   };
   std::deque<InFlight> inflight_;  // oldest first; they complete in this order
   uint64_t posted_ = 0;            // messages handed to the net

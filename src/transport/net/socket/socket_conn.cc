@@ -18,8 +18,12 @@ namespace {
 
 using sockwire::Frame;
 
-constexpr size_t kReadChunk = 131072;  // > a frame with the largest inline payload
-static_assert(kReadChunk > sizeof(sockwire::Frame) + sockwire::kInlineMax, "an incomplete frame plus a chunk must fit");
+// Control bytes read per recv(2). The receiving end reads MSG frames with inline payloads:
+// more than the largest frame, so that one read takes at least a whole one. The sending
+// end reads only bare frames (credits, goodbye, abort).
+constexpr size_t kRecvReadChunk = sizeof(sockwire::Frame) + sockwire::kInlineMax + 4096;
+constexpr size_t kSendReadChunk = 4096;
+static_assert(kSendReadChunk >= sizeof(sockwire::Frame));
 
 // What a socket errno means on the network, for the messages survivors see (when this
 // node's own link looked fine).
@@ -92,7 +96,8 @@ Conn::Conn(bool sender, std::vector<sock::Socket> socks, std::string what)
   // Room for a few frames with inline payloads; more only while the socket is full (at
   // most kMaxRequests frames, the bound on buffering).
   out_.reserve(2 * (sizeof(Frame) + sockwire::kInlineMax));
-  in_.resize(2 * kReadChunk);
+  // Room for an incomplete frame plus a chunk behind it (readCtrl).
+  in_.resize(sender ? 2 * kSendReadChunk : kRecvReadChunk + sizeof(Frame) + sockwire::kInlineMax);
 }
 
 SockRequest* Conn::allocRequest() {
@@ -103,6 +108,8 @@ SockRequest* Conn::allocRequest() {
       r.partsLeft = 0;
       r.imm = 0;
       r.frameEnd = 0;
+      r.target = nullptr;
+      r.targetSize = 0;
       ++live_;
       return &r;
     }
@@ -115,7 +122,9 @@ void Conn::releaseRequest(SockRequest* r) {
 }
 
 size_t Conn::frameBytes(const Frame& f) const {
-  return sizeof(Frame) + (f.type == sockwire::kMsg && f.size <= sockwire::kInlineMax ? size_t(f.size) : 0);
+  // Only MSG frames carry payloads, and only towards a receiver: on a sender one is a
+  // protocol error that handleFrame reports without waiting for (or buffering) a payload.
+  return sizeof(Frame) + (!sender_ && f.type == sockwire::kMsg && f.size <= sockwire::kInlineMax ? size_t(f.size) : 0);
 }
 
 void Conn::queueFrame(const Frame& f, const void* payload, size_t n) {
@@ -201,8 +210,8 @@ bool Conn::retarget(SockRequest* r, void* data, size_t size) {
   // Stream parts are assigned only when the MSG frame is matched, so until then every
   // byte of the message is still in the sockets.
   if (sender_ || !error_.ok() || r == nullptr || r->conn != this || !r->used || r->matched) return false;
-  r->data = static_cast<char*>(data);
-  r->size = size;
+  r->target = static_cast<char*>(data);
+  r->targetSize = size;
   return true;
 }
 
@@ -265,7 +274,13 @@ Status Conn::flushCtrl() {
       outOff_ = 0;
       return OkStatus();
     }
-    if (k.value() == 0) return OkStatus();
+    if (k.value() == 0) {
+      // The socket is full: drop what was written, so that out_ holds only unwritten
+      // frames (at most kMaxRequests, the bound on buffering) however long this lasts.
+      out_.erase(out_.begin(), out_.begin() + ptrdiff_t(outOff_));
+      outOff_ = 0;
+      return OkStatus();
+    }
     outOff_ += k.value();
     flushed_ += k.value();
   }
@@ -279,12 +294,14 @@ Status Conn::flushCtrl() {
 }
 
 Status Conn::readCtrl() {
-  // in_ holds inLen_ bytes: at most one incomplete frame (< kReadChunk) between calls,
-  // so a chunk always fits behind it. No resizing here: growing a vector zero-fills, and
+  // in_ holds inLen_ bytes: at most one incomplete frame between calls (the sender's:
+  // under sizeof(Frame); the receiver's: under sizeof(Frame) + kInlineMax), so a chunk
+  // always fits behind it. No resizing here: growing a vector zero-fills, and
   // this runs on every poll of the connection.
   for (;;) {
     bool eof = false;
-    Result<size_t> k = recvSome(ctrl_, in_.data() + inLen_, kReadChunk, &eof);
+    const size_t chunk = sender_ ? kSendReadChunk : kRecvReadChunk;
+    Result<size_t> k = recvSome(ctrl_, in_.data() + inLen_, chunk, &eof);
     if (!k.ok()) {
       ctrlEof_ = true;
       if (peerBye_) return OkStatus();
@@ -314,7 +331,7 @@ Status Conn::readCtrl() {
     }
     // A short read drained the socket: the next read would only say EAGAIN (a system
     // call). What arrives meanwhile is read on the next pass.
-    if (k.value() < kReadChunk) return OkStatus();
+    if (k.value() < chunk) return OkStatus();
   }
 }
 
@@ -355,6 +372,10 @@ Status Conn::matchMessage(const Frame& f, const char* payload) {
     return fail(InternalError("protocol error: a %llu-byte message arrived without a posted receive",
                               (unsigned long long)f.size));
   SockRequest* r = awaiting_.front();
+  if (r->target != nullptr && f.size == r->targetSize) {
+    r->data = r->target;  // retarget(): the expected message goes to the new memory
+    r->size = r->targetSize;
+  }
   if (f.size > r->size || f.tag != r->tag)
     return fail(InvalidUsage("a %llu-byte message (tag %d) arrived for a %zu-byte receive (tag %d)",
                              (unsigned long long)f.size, f.tag, r->size, r->tag));
@@ -406,6 +427,12 @@ void Conn::close(uint32_t abortCode, int lingerMs) {
     if (error_.ok()) {
       queueFrame(Frame{sockwire::kAbort, 0, 0, uint64_t(abortCode)}, nullptr, 0);
       (void)flushCtrl();
+      // Closing a socket with unread bytes (credits a sender never needed) makes the
+      // kernel send a reset, which may destroy the ABORT before the peer reads it: read
+      // what has arrived first, best effort.
+      char sink[4096];
+      while (::recv(ctrl_.fd(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+      }
     }
     return;  // the sockets close with the Conn
   }

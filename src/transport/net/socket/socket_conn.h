@@ -3,8 +3,9 @@
 //
 // Buffering is bounded: at most kMaxRequests requests per connection, so the control
 // output holds at most that many frames (plus inline payloads), each stream at most that
-// many parts, and the sender's credit list at most that many posted receives. Payload
-// bytes are never staged: they go from the caller's buffer to the socket and back.
+// many parts, and the sender's credit list at most that many posted receives. Payloads
+// above sockwire::kInlineMax are never staged: they go from the caller's buffer to the
+// socket and back; smaller ones ride in the MSG frame through the control buffers.
 //
 // Errors are sticky: once a socket fails, every later call returns the same Status, which
 // names the peer and what was lost. A goodbye (BYE) from the peer is not an error by
@@ -34,6 +35,8 @@ class SockRequest : public Request {
   int tag = 0;
   char* data = nullptr;
   size_t size = 0;       // receive: posted bytes until matched, then the message's bytes
+  char* target = nullptr;  // receive: retarget()'s memory, for a message of targetSize bytes
+  size_t targetSize = 0;
   uint64_t imm = 0;
   int partsLeft = 0;     // stream parts not yet fully written / read
   uint64_t frameEnd = 0; // control bytes that must be written before it completes
@@ -54,9 +57,9 @@ class Conn {
   Result<SockRequest*> isend(void* data, size_t size, int tag, uint64_t imm);
   Result<SockRequest*> irecv(void* data, size_t size, int tag);
   Status test(SockRequest* r, bool* done, size_t* size, uint64_t* imm);
-  // Receiver: points a posted receive whose MSG frame has not been matched yet (so no byte
-  // of it was read) at other memory. The credit already sent keeps its size: a larger
-  // message then fails the receive in matchMessage. False when it is too late.
+  // Receiver (Net::retargetRecv): a message of exactly `size` bytes for this posted
+  // receive lands at `data` instead of where it was posted. Only until its MSG frame is
+  // matched (no byte of it read yet); false after.
   bool retarget(SockRequest* r, void* data, size_t size);
   // Only while a request is live (or an isend waits for credit): the caller tests its
   // requests after a wake-up, and that is what consumes the readiness. An idle connection
