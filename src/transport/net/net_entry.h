@@ -67,11 +67,12 @@ class FailureNote {
 
 // Where the executor's current operation wants some of its messages on a ring to land
 // (Connection::planRecvs). Set by the executor when an operation starts, read by whoever
-// posts the ring's receives (proxy or executor, under the entry's drive lock). A receive posted before the plan was set (a ring keeps nsteps
-// receives posted, also between operations) moves to its target if the net can still
-// move it (Net::retargetRecv: nothing of the message has arrived); otherwise, and for
-// steps without a target, the message goes to its slot: a target is an offer, and
-// missing it only costs a copy.
+// posts the ring's receives (proxy or executor, under the entry's drive lock). A receive
+// posted before the plan was set (a ring keeps nsteps receives posted, also between
+// operations) moves to its target if the net can still move it (Net::retargetRecv:
+// nothing of the message has arrived). Otherwise, for steps without a target, and for a
+// message of another size than planned, the message goes to its slot: a target is an
+// offer, and missing it only costs a copy.
 class RecvPlan {
  public:
   void set(uint64_t first, std::span<const RecvTarget> targets) {
