@@ -270,6 +270,58 @@ TEST(SocketNet, ManyMessagesOfMixedSizesArriveInOrder) {
   closePair(net, p);
 }
 
+// Inline messages (up to kInlineMax) travel in the control socket. With a receiver that
+// reads nothing for a while, the sender's control socket fills and its frames wait in
+// the connection's output buffer, written as the receiver drains: all must arrive whole
+// and in order. (64 messages of 64 KiB: far more than a socket that is not read holds.)
+TEST(SocketNet, InlineMessagesWaitWhileTheReceiverDoesNotRead) {
+  Net* net = loopNet();
+  Pair p = connectPair(net);
+  ASSERT_TRUE(p.send && p.recv);
+  constexpr int kMessages = socknet::kMaxRequests;
+  const size_t size = sockwire::kInlineMax;
+  std::vector<std::vector<char>> src(kMessages), dst(kMessages, std::vector<char>(size, 0));
+  std::vector<Request*> recvs, sends;
+  for (int i = 0; i < kMessages; ++i) {
+    src[size_t(i)] = pattern(size, uint32_t(100 + i));
+    Request* r = postRecv(net, p.recv, dst[size_t(i)].data(), size);
+    ASSERT_NE(r, nullptr) << "receive " << i;
+    recvs.push_back(r);
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < kMessages; ++i) {
+    Request* r = nullptr;
+    while (r == nullptr && Clock::now() < deadline) {
+      Status s = net->isend(p.send, src[size_t(i)].data(), size, 0, uint64_t(i), nullptr, &r);
+      ASSERT_TRUE(s.ok()) << s.message();
+    }
+    ASSERT_NE(r, nullptr) << "no credit for message " << i;
+    sends.push_back(r);
+  }
+  size_t nextSend = 0;
+  auto progressSends = [&] {
+    while (nextSend < sends.size()) {
+      bool done = false;
+      if (!net->test(sends[nextSend], &done, nullptr, nullptr).ok() || !done) return;
+      ++nextSend;
+    }
+  };
+  for (int i = 0; i < kMessages; ++i) {
+    size_t got = 0;
+    uint64_t imm = 0;
+    Status st = waitReq(net, recvs[size_t(i)], &got, &imm, progressSends);
+    ASSERT_TRUE(st.ok()) << "message " << i << ": " << st.message();
+    EXPECT_EQ(got, size);
+    EXPECT_EQ(imm, uint64_t(i));
+    EXPECT_TRUE(dst[size_t(i)] == src[size_t(i)]) << "message " << i << " corrupted";
+  }
+  while (nextSend < sends.size()) {
+    ASSERT_TRUE(waitReq(net, sends[nextSend]).ok());
+    ++nextSend;
+  }
+  closePair(net, p);
+}
+
 TEST(SocketNet, MessagesLargerThanAStreamPart) {
   Net* net = loopNet();
   Pair p = connectPair(net);
