@@ -124,11 +124,18 @@ void Watchdog::start(int seconds, std::string host) {
   seconds_ = seconds;
   host_ = std::move(host);
   if (seconds <= 0) return;
-  beat();
   thread_ = std::thread([this] {
+    uint64_t seen = beats_.load(std::memory_order_relaxed);
+    int64_t since = nowNs();  // when `seen` was first read
     while (!stop_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (nowNs() - last_.load(std::memory_order_relaxed) > int64_t(seconds_) * 1000000000) fire();
+      const uint64_t now = beats_.load(std::memory_order_relaxed);
+      if (now != seen) {
+        seen = now;
+        since = nowNs();
+      } else if (nowNs() - since > int64_t(seconds_) * 1000000000) {
+        fire();
+      }
     }
   });
 }

@@ -34,7 +34,7 @@ class Backoff {
   // spinUs: how long to spin before yielding; yieldUs: how long to yield before sleeping.
   Backoff(int64_t spinUs, int64_t yieldUs) : spinNs_(spinUs * 1000), yieldNs_(yieldUs * 1000) {}
 
-  void reset() { startNs_ = 0; }
+  void reset() { iter_ = 0; }
   // Spins or yields once, or returns kSleep when the caller should sleep on a futex.
   Phase idle();
 
@@ -49,7 +49,7 @@ class Backoff {
   int64_t yieldNs_;
   int64_t startNs_ = 0;
   int64_t elapsedNs_ = 0;
-  uint32_t iter_ = 0;
+  uint64_t iter_ = 0;  // calls since the last reset (64 bits: never wraps)
 };
 
 // Spin budget for this process: SNCCL_SPIN_US, or 0 when more threads that must progress

@@ -184,7 +184,7 @@ Result<bool> CommRunner::progress() {
     if (!started_) {
       for (const ExecOp::PreCopy& c : op.preCopies) std::memcpy(op.scratch.data() + c.scratchOffset, c.src, c.bytes);
       laneStep_.assign(op.sched->lanes.size(), 0);
-      opStartNs_ = Backoff::nowNs();
+      opStartNs_ = 0;  // read at the op's first sleep: most small ops never wait that long
       started_ = true;
       claimsMade_ = false;
       atPointer_.clear();
@@ -303,6 +303,9 @@ Status CommRunner::checkBlocked() {
   if (comm_->abortFlag.load(std::memory_order_relaxed))
     return RemoteError("%s: rank %d: the communicator was aborted", op.describe().c_str(), comm_->rank);
   int64_t now = Backoff::nowNs();
+  // SNCCL_TIMEOUT counts from the first time the op went to sleep, at most the spin and
+  // yield budgets (microseconds) after it started.
+  if (opStartNs_ == 0) opStartNs_ = now;
   if (blockedConn_ != nullptr) {
     int peer = blockedConn_->peer();
     const PeerInfo& pi = comm_->peers[peer];

@@ -129,7 +129,7 @@ class CommRunner {
   bool started_ = false;
   bool moved_ = false;
   std::vector<size_t> laneStep_;
-  int64_t opStartNs_ = 0;
+  int64_t opStartNs_ = 0;  // 0 until checkBlocked first runs for the current op
   // What the first blocked lane waits for: a connection and which end we are.
   Connection* blockedConn_ = nullptr;
   bool blockedSender_ = false;
