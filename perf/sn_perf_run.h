@@ -24,7 +24,10 @@ class Watchdog {
   void stop();
   // Called once per operation: a counter, not a clock read (tens of ns on these VMs, a
   // tenth of an 8 B AllReduce). The watchdog thread notices when it stops moving.
-  void beat() { beats_.store(beats_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  // seconds_ is set before any thread runs operations; without -T nothing is written.
+  void beat() {
+    if (seconds_ > 0) beats_.store(beats_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   bool fired() const { return fired_.load(); }
   void add(ncclComm_t comm);
   // Out of the list before it is destroyed: a destroyed communicator is never aborted.

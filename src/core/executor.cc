@@ -184,7 +184,7 @@ Result<bool> CommRunner::progress() {
     if (!started_) {
       for (const ExecOp::PreCopy& c : op.preCopies) std::memcpy(op.scratch.data() + c.scratchOffset, c.src, c.bytes);
       laneStep_.assign(op.sched->lanes.size(), 0);
-      opStartNs_ = 0;  // read at the op's first sleep: most small ops never wait that long
+      opStartNs_ = 0;  // startTimeoutClock: at the op's first sleep, which most small ops never reach
       started_ = true;
       claimsMade_ = false;
       atPointer_.clear();
@@ -303,9 +303,7 @@ Status CommRunner::checkBlocked() {
   if (comm_->abortFlag.load(std::memory_order_relaxed))
     return RemoteError("%s: rank %d: the communicator was aborted", op.describe().c_str(), comm_->rank);
   int64_t now = Backoff::nowNs();
-  // SNCCL_TIMEOUT counts from the first time the op went to sleep, at most the spin and
-  // yield budgets (microseconds) after it started.
-  if (opStartNs_ == 0) opStartNs_ = now;
+  startTimeoutClock(now);
   if (blockedConn_ != nullptr) {
     int peer = blockedConn_->peer();
     const PeerInfo& pi = comm_->peers[peer];
@@ -479,7 +477,12 @@ Status runLoop(std::span<CommRunner*> runners) {
     }
     if (backoff.idle() == Backoff::Phase::kSleep) {
       // The thread sleeps on one runner's ring: every runner's net rings go back to the
-      // proxy meanwhile, or a peer of another runner could wait on this sleep.
+      // proxy meanwhile, or a peer of another runner could wait on this sleep. Every
+      // unfinished runner waits from now on, also those whose checkBlocked() runs only
+      // once the runners before them are done: their SNCCL_TIMEOUT counts from here.
+      const int64_t now = Backoff::nowNs();
+      for (size_t i = 0; i < runners.size(); ++i)
+        if (!done[i]) runners[i]->startTimeoutClock(now);
       for (size_t i = 0; i < runners.size(); ++i)
         if (!done[i]) runners[i]->releaseDriven(true);
       for (size_t i = 0; i < runners.size(); ++i)

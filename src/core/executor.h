@@ -77,6 +77,12 @@ class CommRunner {
   // Called when progress() moved nothing for a while: sleeps on what the current op waits
   // for (bounded) and checks deadline, abort and peer liveness.
   Status sleepOnBlocked();
+  // SNCCL_TIMEOUT counts from the first time the current op goes to sleep (not from its
+  // start: reading the clock per op cost a tenth of a small op's time, and an op that
+  // keeps moving is not waiting). Idempotent within an op.
+  void startTimeoutClock(int64_t now) {
+    if (opStartNs_ == 0) opStartNs_ = now;
+  }
   // Creates the connections the ops need that do not exist yet (both ends call this
   // during the same ops).
   Status connect();
@@ -129,7 +135,7 @@ class CommRunner {
   bool started_ = false;
   bool moved_ = false;
   std::vector<size_t> laneStep_;
-  int64_t opStartNs_ = 0;  // 0 until checkBlocked first runs for the current op
+  int64_t opStartNs_ = 0;  // 0 until startTimeoutClock() for the current op
   // What the first blocked lane waits for: a connection and which end we are.
   Connection* blockedConn_ = nullptr;
   bool blockedSender_ = false;
