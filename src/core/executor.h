@@ -77,9 +77,9 @@ class CommRunner {
   // Called when progress() moved nothing for a while: sleeps on what the current op waits
   // for (bounded) and checks deadline, abort and peer liveness.
   Status sleepOnBlocked();
-  // SNCCL_TIMEOUT counts from the first time the current op goes to sleep (not from its
-  // start: reading the clock per op cost a tenth of a small op's time, and an op that
-  // keeps moving is not waiting). Idempotent within an op.
+  // SNCCL_TIMEOUT counts from the first time the current op goes to sleep, not from its
+  // start: a clock read per op showed in 8 B profiles (tens of ns of a 0.2-0.5 us op on
+  // these VMs), and an op that keeps moving is not waiting. Idempotent within an op.
   void startTimeoutClock(int64_t now) {
     if (opStartNs_ == 0) opStartNs_ = now;
   }
