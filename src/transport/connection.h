@@ -37,10 +37,12 @@ namespace snccl {
 constexpr uint32_t kMaxSteps = 64;
 
 // Messages up to this size travel inside their fifo entry on rings whose both ends poll
-// memory (shm, local): the receiver then watches one cache line that carries the flag,
-// the header and the data, instead of the tail's, the entry's and the slot's. That is
-// most of a small message's latency between cores.
-constexpr uint32_t kInlineBytes = 40;
+// memory (shm, local): the receiver then watches the cache line that carries the flag,
+// the header and the first 40 bytes, instead of the tail's, the entry's and the slot's.
+// That is most of a small message's latency between cores. An entry is two lines: a
+// message of 41-104 bytes also fills the second, which the sender writes before the
+// flag (release), so it is complete once the flag shows.
+constexpr uint32_t kInlineBytes = 104;
 
 // Where a message's bytes are (ConnFifoEntry::where).
 enum : uint32_t {
@@ -60,7 +62,7 @@ struct RecvTarget {
   char* at;
 };
 
-struct alignas(64) ConnFifoEntry {
+struct alignas(128) ConnFifoEntry {
   // Inline rings only: message number + 1 once the entry (and its slot) is complete;
   // written last, with release order, by the sender.
   std::atomic<uint64_t> seq;
@@ -72,7 +74,7 @@ struct alignas(64) ConnFifoEntry {
     const char* at;  // kAtPointer: the sender's memory (send rings) or a RecvTarget's (receive rings)
   };
 };
-static_assert(sizeof(ConnFifoEntry) == 64, "one fifo entry per cache line");
+static_assert(sizeof(ConnFifoEntry) == 128, "one fifo entry per two cache lines");
 
 struct ConnCtrl {
   alignas(64) std::atomic<uint64_t> tail;
@@ -85,7 +87,7 @@ struct ConnCtrl {
   alignas(64) std::atomic<uint32_t> poison;
   uint32_t nsteps;
   uint32_t slotBytes;
-  alignas(64) ConnFifoEntry fifo[kMaxSteps];
+  alignas(128) ConnFifoEntry fifo[kMaxSteps];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 

@@ -77,6 +77,7 @@ void sendOne(Connection& c, uint64_t value, uint32_t bytes, Counts& counts) {
   while ((slot = c.trySendSlot(bytes)) == nullptr) waitOn(c, true, counts);
   std::memset(slot, 0, bytes);
   std::memcpy(slot, &value, sizeof value);
+  std::memcpy(slot + bytes - sizeof value, &value, sizeof value);  // the message's last bytes too
   c.post(bytes, value);
 }
 
@@ -85,14 +86,22 @@ void recvOne(Connection& c, uint64_t expect, Counts& counts) {
   uint32_t bytes = 0;
   uint64_t sig = 0;
   while ((data = c.tryRecvSlot(&bytes, &sig)) == nullptr) waitOn(c, false, counts);
-  uint64_t value;
+  uint64_t value, last;
   std::memcpy(&value, data, sizeof value);
-  if (value != expect || sig != expect) counts.badPayloads.fetch_add(1);
+  std::memcpy(&last, data + bytes - sizeof last, sizeof last);
+  if (value != expect || last != expect || sig != expect) counts.badPayloads.fetch_add(1);
   c.release();
 }
 
-// Rank 0 sends i and waits for i back; rank 1 echoes. Messages alternate between inline
-// (8 B) and slot (256 B) sizes, both ways of the receiver's polling.
+// Message i's size: inline in the entry's first line (8 B), inline across both of its
+// lines (kInlineBytes), or in the slot (256 B): every way a receiver finds the data.
+uint32_t messageBytes(int i) {
+  static_assert(kInlineBytes > 64 && kInlineBytes < 256, "the sizes below cover both inline lines and the slot");
+  const uint32_t sizes[] = {8, kInlineBytes, 256};
+  return sizes[i % 3];
+}
+
+// Rank 0 sends i and waits for i back; rank 1 echoes, with the sizes of messageBytes.
 //
 // threadSetup, when given, runs first on both ping-pong threads (the main side then runs
 // on a thread of its own too).
@@ -114,13 +123,13 @@ void pingPong(bool light, int rounds, bool (*threadSetup)() = nullptr) {
     if (threadSetup != nullptr && !threadSetup()) setupFailures.fetch_add(1);
     for (int i = 0; i < rounds; ++i) {
       recvOne(*there.recv, uint64_t(i) + 1, counts);
-      sendOne(*back.send, uint64_t(i) + 1, (i & 1) ? 256 : 8, counts);
+      sendOne(*back.send, uint64_t(i) + 1, messageBytes(i), counts);
     }
   });
   auto mainSide = [&] {
     if (threadSetup != nullptr && !threadSetup()) setupFailures.fetch_add(1);
     for (int i = 0; i < rounds; ++i) {
-      sendOne(*there.send, uint64_t(i) + 1, (i & 1) ? 256 : 8, counts);
+      sendOne(*there.send, uint64_t(i) + 1, messageBytes(i), counts);
       recvOne(*back.recv, uint64_t(i) + 1, counts);
     }
   };
