@@ -4,6 +4,10 @@
 // one buffer per call (the nccl-tests "algbw" view); the `traffic` counter adds everything
 // the call moves (reduce: read a and b, write dst = 3x; memcpy: 2x).
 //
+// The single-copy AllReduce's last combine at 2 ranks, 32 MiB per buffer (out of cache):
+// reduceStream() to two outputs with streaming stores, against reduce() into one output
+// and a memcpy of it into the other (both 4x: read a and b, write two outputs).
+//
 //   ./bench_kernels --benchmark_filter='4MiB'    # one size
 //   ./bench_kernels --benchmark_filter='float/'  # one type, every table
 #include <benchmark/benchmark.h>
@@ -69,7 +73,30 @@ void benchMemcpy(benchmark::State& state, size_t bytes) {
   setRates(state, bytes, 2);
 }
 
+void benchFoldTwo(benchmark::State& state, bool streamed) {
+  constexpr size_t bytes = size_t(32) << 20;
+  const size_t count = bytes / sizeof(float);
+  std::vector<unsigned char> a = inputBuffer(bytes, ncclFloat32), b = inputBuffer(bytes, ncclFloat32), d0(bytes),
+                             d1(bytes);
+  void* outs[2] = {d0.data(), d1.data()};
+  RedOpSpec op;  // sum
+  for (auto _ : state) {
+    if (streamed) {
+      snccl::kernels::reduceStream(outs, 2, a.data(), b.data(), count, ncclFloat32, op, false, false);
+      snccl::kernels::streamFence();
+    } else {
+      snccl::kernels::reduce(d0.data(), a.data(), b.data(), count, ncclFloat32, op, false, false);
+      std::memcpy(d1.data(), d0.data(), bytes);
+    }
+    benchmark::DoNotOptimize(d1.data());
+    benchmark::ClobberMemory();
+  }
+  setRates(state, bytes, 4);
+}
+
 void registerAll() {
+  benchmark::RegisterBenchmark("fold_two_outputs/stream/float/32MiB", benchFoldTwo, true);
+  benchmark::RegisterBenchmark("fold_two_outputs/reduce_memcpy/float/32MiB", benchFoldTwo, false);
   for (size_t bytes : kSizes) {
     const std::string size = sizeName(bytes);
     benchmark::RegisterBenchmark(("memcpy/" + size).c_str(), benchMemcpy, bytes);

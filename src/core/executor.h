@@ -169,6 +169,7 @@ class CommRunner {
     }
   } mapped_;
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
+  std::vector<void*> foldOuts_;  // the outputs its last combine writes, this rank's first
   bool claimsMade_ = false;          // the current op's rings are in driven_
 };
 

@@ -28,8 +28,6 @@
 // Only rank r reads or writes block r of any buffer during the call, and it reads every
 // operand of a piece before writing the piece anywhere, so the same protocol is correct
 // in place (input = output on every rank).
-#include <emmintrin.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -64,28 +62,6 @@ Block blockOf(size_t count, int nranks, int r) {
   size_t per = ((count + size_t(nranks) - 1) / size_t(nranks) + 15) / 16 * 16;
   size_t b = std::min(count, per * size_t(r));
   return {b, std::min(count, b + per)};
-}
-
-// A copy whose destination is not read again soon: streaming stores skip reading each
-// destination line before overwriting it, a third of the traffic of a cached copy. Not
-// fenced: the caller issues one _mm_sfence after its last streamCopy, before it tells
-// anyone the data is there (a fence per call waited for the write-combining buffers to
-// drain after every 64 KiB piece).
-void streamCopy(char* dst, const char* src, size_t bytes) {
-  size_t head = std::min(bytes, size_t((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16));
-  std::memcpy(dst, src, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + i, src + i, bytes - i);
 }
 
 bool sameProcess(const ncclComm* comm, int peer) {
@@ -144,33 +120,48 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   const int me = comm_->rank;
   const size_t es = op.elemSize;
   const Block blk = blockOf(op.count, n, me);
-  // Pieces small enough that a partial fold stays in cache between its passes.
-  const size_t piece = std::max<size_t>(1, (size_t(64) << 10) / es);
-  if (foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
-  char* tmp = foldTmp_.data();
+  const size_t off0 = blk.begin * es;
+  // The last combine of the fold, x0 (+) ... (+) x(n-1), writes its result straight into
+  // every rank's output with streaming stores (kernels::reduceStream), this rank's own
+  // first. Within each line every operand is read before any output is written, so in
+  // place (each output is its rank's input) the writes overwrite only what was just read.
+  if (foldOuts_.size() < size_t(n)) foldOuts_.resize(size_t(n));
+  auto outsAt = [&](size_t off) {
+    for (int d = 0; d < n; ++d) foldOuts_[size_t(d)] = mapped_.out[size_t((me + d) % n)] + off;
+    return foldOuts_.data();
+  };
   // Every input is a rank's own contribution: PreMulSum scales each once (scale = true);
-  // reduce() scales its second operand only, so the first is scaled by a copy.
+  // the kernels scale their second operand only, so the first is scaled by a copy.
   const bool scalar = op.op.hasScalar;
-  for (size_t at = blk.begin; at < blk.end; at += piece) {
-    const size_t len = std::min(piece, blk.end - at);
-    const size_t off = at * es;
-    const char* acc = mapped_.in[0] + off;
-    if (scalar) {
-      kernels::copy(tmp, acc, len, op.dt, op.op, true, false);
-      acc = tmp;
+  if (n == 2 && !scalar) {  // the whole fold is one pass
+    kernels::reduceStream(outsAt(off0), 2, mapped_.in[0] + off0, mapped_.in[1] + off0, blk.end - blk.begin, op.dt,
+                          op.op, true, true);
+  } else {
+    // The partial fold goes through a buffer small enough to stay in the L1 cache between
+    // its passes, so that each pass's loads of the inputs stay close to the streaming
+    // stores of the last (64 KiB pieces left the loads and stores in separate phases:
+    // 4.0 ms against 3.1 for 1 KiB pieces, a 32 MiB fold on one core of this VM).
+    const size_t piece = std::max<size_t>(1, size_t(4096) / es);
+    if (foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
+    char* tmp = foldTmp_.data();
+    for (size_t at = blk.begin; at < blk.end; at += piece) {
+      const size_t len = std::min(piece, blk.end - at);
+      const size_t off = at * es;
+      const char* acc = mapped_.in[0] + off;
+      if (scalar) {
+        kernels::copy(tmp, acc, len, op.dt, op.op, true, false);
+        acc = tmp;
+      }
+      for (int j = 1; j < n - 1; ++j) {
+        kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, false);
+        acc = tmp;
+      }
+      kernels::reduceStream(outsAt(off), n, acc, mapped_.in[size_t(n - 1)] + off, len, op.dt, op.op, true, true);
     }
-    // x0 (+) x1 (+) ... in rank order, in a piece that stays in cache; then one streaming
-    // write to every rank's output, this rank's own first (every operand of the piece has
-    // been read by then: in place, these writes overwrite only what was just read).
-    for (int j = 1; j < n; ++j) {
-      kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, j == n - 1);
-      acc = tmp;
-    }
-    for (int d = 0; d < n; ++d) streamCopy(mapped_.out[size_t((me + d) % n)] + off, tmp, len * es);
   }
   // The streaming stores are weakly ordered: make them globally visible before the "done"
   // that lets peers read their outputs (and lets this rank return).
-  _mm_sfence();
+  kernels::streamFence();
   return OkStatus();
 }
 

@@ -354,6 +354,50 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
   return ::testing::AssertionSuccess();
 }
 
+// reduceStream() to several outputs at once: one 64-byte aligned (streaming stores), one 16
+// bytes past that (streaming stores, each line straddling two cache lines), one an element
+// past it (plain stores), plus a or b itself when `alias` says so. Every output must hold
+// reduce()'s result, and nothing else may change.
+::testing::AssertionResult checkReduceStream(const KernelTable& k, const Case& c, size_t count, Alias alias,
+                                             std::mt19937_64& rng) {
+  const size_t size = typeSize(c.dt);
+  Buffer a(count, size, count % 4), b(count, size, (count + 1) % 3);
+  Buffer d0(count, size, 0), d1(count, size, 16 / size), d2(count, size, 1);
+  std::vector<uint64_t> va(count), vb(count);
+  for (size_t i = 0; i < count; ++i) {
+    sntest::storeBits(a.data(), i, size, va[i] = randomValue(c.dt, rng));
+    sntest::storeBits(b.data(), i, size, vb[i] = randomValue(c.dt, rng));
+  }
+  std::vector<Buffer*> outs{&d0, &d1, &d2};
+  if (alias == Alias::kDstIsA) outs.insert(outs.begin() + 1, &a);
+  if (alias == Alias::kDstIsB) outs.push_back(&b);
+  std::vector<void*> ptrs;
+  for (Buffer* o : outs) ptrs.push_back(o->data());
+  reduceStreamWith(k, ptrs.data(), int(ptrs.size()), a.data(), b.data(), count, c.dt, specFor(c), c.scale, c.finalize);
+  const char* where = alias == Alias::kDstIsA ? "stream, an output is a" : alias == Alias::kDstIsB ? "stream, an output is b"
+                                                                                                  : "stream";
+  for (size_t o = 0; o < outs.size(); ++o) {
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t got = sntest::loadBits(outs[o]->data(), i, size), want = refReduce(c, va[i], vb[i]);
+      if (!same(c.dt, got, want)) {
+        return ::testing::AssertionFailure()
+               << describe(k, c, count, where) << ": output " << o << " element " << i << " a=" << show(c.dt, va[i])
+               << " b=" << show(c.dt, vb[i]) << " got " << show(c.dt, got) << " want " << show(c.dt, want);
+      }
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if ((alias != Alias::kDstIsA && sntest::loadBits(a.data(), i, size) != va[i]) ||
+        (alias != Alias::kDstIsB && sntest::loadBits(b.data(), i, size) != vb[i])) {
+      return ::testing::AssertionFailure() << describe(k, c, count, where) << ": changed an input";
+    }
+  }
+  for (const Buffer* buf : {&a, &b, &d0, &d1, &d2}) {
+    if (!buf->guardsIntact()) return ::testing::AssertionFailure() << describe(k, c, count, where) << ": wrote outside a buffer";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 ::testing::AssertionResult checkCopy(const KernelTable& k, const Case& c, size_t count, bool inPlace,
                                      std::mt19937_64& rng) {
   const size_t size = typeSize(c.dt);
@@ -408,6 +452,8 @@ TEST(Kernels, EveryTableIsFilled) {
       for (int op = 0; op < kNumBaseOps; ++op) {
         EXPECT_NE(k->reduce[dt][op][0], nullptr);
         EXPECT_NE(k->reduce[dt][op][1], nullptr);
+        EXPECT_NE(k->reduceStream[dt][op][0], nullptr);
+        EXPECT_NE(k->reduceStream[dt][op][1], nullptr);
       }
       for (int s = 0; s < 2; ++s) {
         EXPECT_NE(k->map[dt][s][0], nullptr);
@@ -428,6 +474,24 @@ TEST(Kernels, ReduceMatchesReference) {
             const Case c{dt, op, (flags & 1) != 0, (flags & 2) != 0, scalarFor(dt, int(n)), uint32_t(3 + n % 3)};
             for (Alias alias : {Alias::kNone, Alias::kDstIsA, Alias::kDstIsB}) {
               ASSERT_TRUE(checkReduce(*k, c, kCounts[n], alias, rng));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, ReduceStreamMatchesReference) {
+  std::mt19937_64 rng(4242);
+  for (const KernelTable* k : tables()) {
+    for (ncclDataType_t dt : kTypes) {
+      for (ncclRedOp_t op : kOps) {
+        for (int flags = 0; flags < 4; ++flags) {
+          for (size_t n = 0; n < std::size(kCounts); ++n) {
+            const Case c{dt, op, (flags & 1) != 0, (flags & 2) != 0, scalarFor(dt, int(n)), uint32_t(3 + n % 3)};
+            for (Alias alias : {Alias::kNone, Alias::kDstIsA, Alias::kDstIsB}) {
+              ASSERT_TRUE(checkReduceStream(*k, c, kCounts[n], alias, rng));
             }
           }
         }
@@ -457,7 +521,10 @@ TEST(Kernels, ScaledReduceAcrossBlocks) {
   for (const KernelTable* k : tables()) {
     for (ncclDataType_t dt : kTypes) {
       const Case c{dt, ncclSum, true, true, scalarFor(dt, 1), 7};
-      for (Alias alias : {Alias::kNone, Alias::kDstIsB}) ASSERT_TRUE(checkReduce(*k, c, 20011, alias, rng));
+      for (Alias alias : {Alias::kNone, Alias::kDstIsB}) {
+        ASSERT_TRUE(checkReduce(*k, c, 20011, alias, rng));
+        ASSERT_TRUE(checkReduceStream(*k, c, 20011, alias, rng));
+      }
     }
   }
 }
@@ -485,6 +552,9 @@ TEST(Kernels, ZeroCountTouchesNothing) {
   op.divisor = 4;
   for (ncclDataType_t dt : kTypes) {
     reduce(nullptr, nullptr, nullptr, 0, dt, op, true, true);
+    void* none = nullptr;
+    reduceStream(&none, 1, nullptr, nullptr, 0, dt, op, true, true);
+    reduceStream(nullptr, 0, nullptr, nullptr, 0, dt, op, true, true);
     copy(nullptr, nullptr, 0, dt, op, true, true);
   }
 }
@@ -503,6 +573,11 @@ TEST(Kernels, PublicApiUsesBestTable) {
   reduce(viaApi.data(), a.data(), b.data(), a.size(), ncclFloat32, op, false, true);
   reduceWith(bestKernels(), viaTable.data(), a.data(), b.data(), a.size(), ncclFloat32, op, false, true);
   EXPECT_EQ(viaApi, viaTable);
+  std::vector<float> streamed(1000);
+  void* out = streamed.data();
+  reduceStream(&out, 1, a.data(), b.data(), a.size(), ncclFloat32, op, false, true);
+  streamFence();
+  EXPECT_EQ(streamed, viaTable);
 }
 
 // ---------------------------------------------------------------- conversions

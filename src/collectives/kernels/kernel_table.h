@@ -18,6 +18,10 @@ inline constexpr int kNumBaseOps = 4;  // ncclSum, ncclProd, ncclMax, ncclMin
 
 // dst[i] = a[i] (op) b[i], then divided by op.divisor when the table slot is the finalize one.
 using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count, const RedOpSpec& op);
+// (out[k] + outOffset bytes)[i] = a[i] (op) b[i] for every k < nout, with streaming stores
+// (reduce.h: reduceStream).
+using ReduceStreamFn = void (*)(void* const* out, int nout, size_t outOffset, const void* a, const void* b,
+                                size_t count, const RedOpSpec& op);
 // dst[i] = src[i] scaled by op.scalar and/or divided by op.divisor, as the slot says.
 using MapFn = void (*)(void* dst, const void* src, size_t count, const RedOpSpec& op);
 // Conversions between a narrow float format and fp32 (exact bits, used by the tests).
@@ -27,6 +31,7 @@ using FromFloatFn = void (*)(void* dst, const float* src, size_t count);
 struct KernelTable {
   const char* isa;                                // "generic" or "avx2"
   ReduceFn reduce[ncclNumTypes][kNumBaseOps][2];  // [dtype][base op][finalize]
+  ReduceStreamFn reduceStream[ncclNumTypes][kNumBaseOps][2];  // as reduce
   MapFn map[ncclNumTypes][2][2];                  // [dtype][scale][finalize]; [0][0] copies
   ToFloatFn toFloat[ncclNumTypes];                // fp16, bf16, fp8 only; nullptr otherwise
   FromFloatFn fromFloat[ncclNumTypes];            // round to nearest even (fp8: saturating)
@@ -41,6 +46,8 @@ const KernelTable& bestKernels();
 // reduce() and copy() on an explicit table; the public functions use bestKernels().
 void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
                 const RedOpSpec& op, bool scaleB, bool finalize);
+void reduceStreamWith(const KernelTable& k, void* const* out, int nout, const void* a, const void* b, size_t count,
+                      ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize);
 void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op,
               bool scale, bool finalize);
 

@@ -1,6 +1,10 @@
 // reduce() and copy(): resolve (dtype, op, flags) to one typed loop of the best kernel table,
 // plus the type and op names the logs and perf tools print.
+#include <atomic>
 #include <cstring>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "collectives/kernels/kernel_table.h"
 
@@ -84,6 +88,29 @@ void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, s
   }
 }
 
+void reduceStreamWith(const KernelTable& k, void* const* out, int nout, const void* a, const void* b, size_t count,
+                      ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize) {
+  if (count == 0 || nout <= 0 || !valid(dt, op)) return;
+  const ReduceStreamFn fn = k.reduceStream[dt][op.base][divides(op, finalize)];
+  if (!(scaleB && op.hasScalar)) {
+    fn(out, nout, 0, a, b, count, op);
+    return;
+  }
+  // PreMulSum: as reduceWith, b scaled one cache-resident block at a time; each block of a
+  // and b is read before the outputs' block is written, so an output may still be a or b.
+  constexpr size_t kBlockBytes = 8192;
+  alignas(64) unsigned char scaled[kBlockBytes];
+  const MapFn scale = k.map[dt][1][0];
+  const size_t size = typeSize(dt), perBlock = kBlockBytes / size;
+  const auto* pa = static_cast<const unsigned char*>(a);
+  const auto* pb = static_cast<const unsigned char*>(b);
+  for (size_t i = 0; i < count; i += perBlock) {
+    const size_t n = count - i < perBlock ? count - i : perBlock;
+    scale(scaled, pb + i * size, n, op);
+    fn(out, nout, i * size, pa + i * size, scaled, n, op);
+  }
+}
+
 void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op,
               bool scale, bool finalize) {
   if (count == 0 || typeSize(dt) == 0) return;
@@ -98,6 +125,19 @@ void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, nc
 void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scaleB,
             bool finalize) {
   reduceWith(bestKernels(), dst, a, b, count, dt, op, scaleB, finalize);
+}
+
+void reduceStream(void* const* out, int nout, const void* a, const void* b, size_t count, ncclDataType_t dt,
+                  const RedOpSpec& op, bool scaleB, bool finalize) {
+  reduceStreamWith(bestKernels(), out, nout, a, b, count, dt, op, scaleB, finalize);
+}
+
+void streamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
 }
 
 void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scale, bool finalize) {
