@@ -139,8 +139,9 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   } else {
     // The partial fold goes through a buffer small enough to stay in the L1 cache between
     // its passes, so that each pass's loads of the inputs stay close to the streaming
-    // stores of the last (64 KiB pieces left the loads and stores in separate phases:
-    // 4.0 ms against 3.1 for 1 KiB pieces, a 32 MiB fold on one core of this VM).
+    // stores of the last (the previous reduce-then-stream-copy fold of 32 MiB to two
+    // outputs took 4.0-4.4 ms on one core of this VM with 64 KiB pieces, 3.1-3.8 with
+    // 1-4 KiB ones). Outputs that are not 16-byte aligned get plain stores (reduceStream).
     const size_t piece = std::max<size_t>(1, size_t(4096) / es);
     if (foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
     char* tmp = foldTmp_.data();
