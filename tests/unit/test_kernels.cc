@@ -464,8 +464,11 @@ TEST(Kernels, EveryTableIsFilled) {
   }
 }
 
-TEST(Kernels, ReduceMatchesReference) {
-  std::mt19937_64 rng(12345);
+// Every table x dtype x op x {scale, finalize} x count x {out of place, dst == a, dst == b},
+// each on fresh random inputs through `check` (checkReduce or checkReduceStream).
+template <class Check>
+void forEveryReduceCase(uint64_t seed, Check check) {
+  std::mt19937_64 rng(seed);
   for (const KernelTable* k : tables()) {
     for (ncclDataType_t dt : kTypes) {
       for (ncclRedOp_t op : kOps) {
@@ -473,7 +476,7 @@ TEST(Kernels, ReduceMatchesReference) {
           for (size_t n = 0; n < std::size(kCounts); ++n) {
             const Case c{dt, op, (flags & 1) != 0, (flags & 2) != 0, scalarFor(dt, int(n)), uint32_t(3 + n % 3)};
             for (Alias alias : {Alias::kNone, Alias::kDstIsA, Alias::kDstIsB}) {
-              ASSERT_TRUE(checkReduce(*k, c, kCounts[n], alias, rng));
+              ASSERT_TRUE(check(*k, c, kCounts[n], alias, rng));
             }
           }
         }
@@ -482,23 +485,9 @@ TEST(Kernels, ReduceMatchesReference) {
   }
 }
 
-TEST(Kernels, ReduceStreamMatchesReference) {
-  std::mt19937_64 rng(4242);
-  for (const KernelTable* k : tables()) {
-    for (ncclDataType_t dt : kTypes) {
-      for (ncclRedOp_t op : kOps) {
-        for (int flags = 0; flags < 4; ++flags) {
-          for (size_t n = 0; n < std::size(kCounts); ++n) {
-            const Case c{dt, op, (flags & 1) != 0, (flags & 2) != 0, scalarFor(dt, int(n)), uint32_t(3 + n % 3)};
-            for (Alias alias : {Alias::kNone, Alias::kDstIsA, Alias::kDstIsB}) {
-              ASSERT_TRUE(checkReduceStream(*k, c, kCounts[n], alias, rng));
-            }
-          }
-        }
-      }
-    }
-  }
-}
+TEST(Kernels, ReduceMatchesReference) { forEveryReduceCase(12345, checkReduce); }
+
+TEST(Kernels, ReduceStreamMatchesReference) { forEveryReduceCase(4242, checkReduceStream); }
 
 TEST(Kernels, CopyMatchesReference) {
   std::mt19937_64 rng(777);
