@@ -96,6 +96,42 @@ TEST_P(Bitwise, EveryRankGetsTheSameBits) {
   }
 }
 
+// The single-copy AllReduce (ranks that are threads map each other's buffers; 300007
+// floats are over the 128 KiB SNCCL_SINGLE_COPY_BYTES default, whatever SNCCL_ALGO says)
+// folds the inputs in rank order, ((x0 + x1) + x2) + ..., as src/core/mapped_allreduce.cc
+// states: every rank's output must equal that fold computed here in fp32, bit for bit.
+// A fold in another order, or a fall back to the rings (whose order differs), fails it.
+TEST(SingleCopy, FoldsInRankOrder) {
+  constexpr size_t kCount = 300007;
+  for (int n : {3, 4}) {
+    std::vector<std::vector<unsigned char>> ins(static_cast<size_t>(n)), outs(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      fill(&ins[size_t(r)], ncclFloat32, kCount, r, 1000);
+      outs[size_t(r)].assign(kCount * sizeof(float), 0);
+    }
+    runRanks(Mode::kThreads, n, [&](ncclComm_t comm, int rank, int) {
+      return ncclOk(ncclAllReduce(ins[size_t(rank)].data(), outs[size_t(rank)].data(), kCount, ncclFloat32, ncclSum,
+                                  comm, nullptr),
+                    "ncclAllReduce", rank);
+    });
+    for (size_t i = 0; i < kCount; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) {
+        float x = 0;
+        std::memcpy(&x, ins[size_t(r)].data() + i * sizeof(float), sizeof x);
+        want = r == 0 ? x : want + x;
+      }
+      for (int r = 0; r < n; ++r) {
+        float got = 0;
+        std::memcpy(&got, outs[size_t(r)].data() + i * sizeof(float), sizeof got);
+        ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+            << "nranks=" << n << " rank " << r << " element " << i << ": " << got << ", the rank-order fold gives "
+            << want;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Bitwise, ::testing::Values(2, 3, 5, 8),
                          [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param); });
 

@@ -356,12 +356,14 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
 
 // reduceStream() to several outputs at once: one 64-byte aligned (streaming stores), one 16
 // bytes past that (streaming stores, each line straddling two cache lines), one an element
-// past it (plain stores), plus a or b itself when `alias` says so. Every output must hold
-// reduce()'s result, and nothing else may change.
+// past it (plain stores), plus a or b itself (aligned) when `alias` says so. Every output
+// must hold reduce()'s result, and nothing else may change.
 ::testing::AssertionResult checkReduceStream(const KernelTable& k, const Case& c, size_t count, Alias alias,
                                              std::mt19937_64& rng) {
   const size_t size = typeSize(c.dt);
-  Buffer a(count, size, count % 4), b(count, size, (count + 1) % 3);
+  // An input that is also an output starts 64-byte aligned, so it gets streaming stores.
+  Buffer a(count, size, alias == Alias::kDstIsA ? 0 : count % 4);
+  Buffer b(count, size, alias == Alias::kDstIsB ? 0 : (count + 1) % 3);
   Buffer d0(count, size, 0), d1(count, size, 16 / size), d2(count, size, 1);
   std::vector<uint64_t> va(count), vb(count);
   for (size_t i = 0; i < count; ++i) {
@@ -374,8 +376,9 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
   std::vector<void*> ptrs;
   for (Buffer* o : outs) ptrs.push_back(o->data());
   reduceStreamWith(k, ptrs.data(), int(ptrs.size()), a.data(), b.data(), count, c.dt, specFor(c), c.scale, c.finalize);
-  const char* where = alias == Alias::kDstIsA ? "stream, an output is a" : alias == Alias::kDstIsB ? "stream, an output is b"
-                                                                                                  : "stream";
+  const char* where = alias == Alias::kDstIsA   ? "stream, an output is a"
+                      : alias == Alias::kDstIsB ? "stream, an output is b"
+                                                : "stream";
   for (size_t o = 0; o < outs.size(); ++o) {
     for (size_t i = 0; i < count; ++i) {
       const uint64_t got = sntest::loadBits(outs[o]->data(), i, size), want = refReduce(c, va[i], vb[i]);
@@ -393,7 +396,8 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
     }
   }
   for (const Buffer* buf : {&a, &b, &d0, &d1, &d2}) {
-    if (!buf->guardsIntact()) return ::testing::AssertionFailure() << describe(k, c, count, where) << ": wrote outside a buffer";
+    if (!buf->guardsIntact())
+      return ::testing::AssertionFailure() << describe(k, c, count, where) << ": wrote outside a buffer";
   }
   return ::testing::AssertionSuccess();
 }
