@@ -120,7 +120,6 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   const int me = comm_->rank;
   const size_t es = op.elemSize;
   const Block blk = blockOf(op.count, n, me);
-  const size_t off0 = blk.begin * es;
   // The last combine of the fold, x0 (+) ... (+) x(n-1), writes its result straight into
   // every rank's output with streaming stores (kernels::reduceStream), this rank's own
   // first. Within each line every operand is read before any output is written, so in
@@ -133,32 +132,29 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   // Every input is a rank's own contribution: PreMulSum scales each once (scale = true);
   // the kernels scale their second operand only, so the first is scaled by a copy.
   const bool scalar = op.op.hasScalar;
-  if (n == 2 && !scalar) {  // the whole fold is one pass
-    kernels::reduceStream(outsAt(off0), 2, mapped_.in[0] + off0, mapped_.in[1] + off0, blk.end - blk.begin, op.dt,
-                          op.op, true, true);
-  } else {
-    // The partial fold goes through a buffer small enough to stay in the L1 cache between
-    // its passes, so that each pass's loads of the inputs stay close to the streaming
-    // stores of the last (the previous reduce-then-stream-copy fold of 32 MiB to two
-    // outputs took 4.0-4.4 ms on one core of this VM with 64 KiB pieces, 3.1-3.8 with
-    // 1-4 KiB ones). Outputs that are not 16-byte aligned get plain stores (reduceStream).
-    const size_t piece = std::max<size_t>(1, size_t(4096) / es);
-    if (foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
-    char* tmp = foldTmp_.data();
-    for (size_t at = blk.begin; at < blk.end; at += piece) {
-      const size_t len = std::min(piece, blk.end - at);
-      const size_t off = at * es;
-      const char* acc = mapped_.in[0] + off;
-      if (scalar) {
-        kernels::copy(tmp, acc, len, op.dt, op.op, true, false);
-        acc = tmp;
-      }
-      for (int j = 1; j < n - 1; ++j) {
-        kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, false);
-        acc = tmp;
-      }
-      kernels::reduceStream(outsAt(off), n, acc, mapped_.in[size_t(n - 1)] + off, len, op.dt, op.op, true, true);
+  // The partial fold goes through a buffer small enough to stay in the L1 cache between
+  // its passes, so that each pass's loads of the inputs stay close to the streaming stores
+  // of the last (the previous reduce-then-stream-copy fold of 32 MiB to two outputs took
+  // 4.0-4.4 ms on one core of this VM with 64 KiB pieces, 3.1-3.8 with 1-4 KiB ones). At 2
+  // ranks without a scalar there is no partial fold: the whole block is one pass.
+  // Outputs that are not 16-byte aligned get plain stores (reduceStream).
+  const bool partialFold = n > 2 || scalar;
+  const size_t piece = partialFold ? std::max<size_t>(1, size_t(4096) / es) : std::max<size_t>(1, blk.end - blk.begin);
+  if (partialFold && foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
+  char* tmp = foldTmp_.data();
+  for (size_t at = blk.begin; at < blk.end; at += piece) {
+    const size_t len = std::min(piece, blk.end - at);
+    const size_t off = at * es;
+    const char* acc = mapped_.in[0] + off;
+    if (scalar) {
+      kernels::copy(tmp, acc, len, op.dt, op.op, true, false);
+      acc = tmp;
     }
+    for (int j = 1; j < n - 1; ++j) {
+      kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, false);
+      acc = tmp;
+    }
+    kernels::reduceStream(outsAt(off), n, acc, mapped_.in[size_t(n - 1)] + off, len, op.dt, op.op, true, true);
   }
   // The streaming stores are weakly ordered: make them globally visible before the "done"
   // that lets peers read their outputs (and lets this rank return).

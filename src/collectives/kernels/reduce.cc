@@ -61,6 +61,25 @@ bool valid(ncclDataType_t dt, const RedOpSpec& op) {
 // Dividing by 1 is exact in every type, so Avg on one rank is the plain loop.
 bool divides(const RedOpSpec& op, bool finalize) { return finalize && op.divisor > 1; }
 
+// PreMulSum: b scaled into a cache-resident block first, then reduced by
+// reduceBlock(offset in bytes, scaled block, elements). Two passes keep the product rounded
+// to the dtype (no fused multiply-add, whatever the compiler targets), and reading each
+// block of a and b before its outputs are written keeps an output that is a or b safe.
+template <class ReduceBlock>
+void forEachScaledBlock(const KernelTable& k, const void* b, size_t count, ncclDataType_t dt, const RedOpSpec& op,
+                        ReduceBlock reduceBlock) {
+  constexpr size_t kBlockBytes = 8192;  // a multiple of every table's vector bytes
+  alignas(64) unsigned char scaled[kBlockBytes];
+  const MapFn scale = k.map[dt][1][0];
+  const size_t size = typeSize(dt), perBlock = kBlockBytes / size;
+  const auto* pb = static_cast<const unsigned char*>(b);
+  for (size_t i = 0; i < count; i += perBlock) {
+    const size_t n = count - i < perBlock ? count - i : perBlock;
+    scale(scaled, pb + i * size, n, op);
+    reduceBlock(i * size, scaled, n);
+  }
+}
+
 }  // namespace
 
 void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
@@ -71,21 +90,9 @@ void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, s
     fn(dst, a, b, count, op);
     return;
   }
-  // PreMulSum: scale b into a cache-resident block first, then reduce. Two passes keep the
-  // product rounded to the dtype (no fused multiply-add, whatever the compiler targets), and
-  // reading each block of b before writing dst keeps dst == b safe.
-  constexpr size_t kBlockBytes = 8192;  // a multiple of every table's vector bytes
-  alignas(64) unsigned char scaled[kBlockBytes];
-  const MapFn scale = k.map[dt][1][0];
-  const size_t size = typeSize(dt), perBlock = kBlockBytes / size;
-  auto* d = static_cast<unsigned char*>(dst);
-  const auto* pa = static_cast<const unsigned char*>(a);
-  const auto* pb = static_cast<const unsigned char*>(b);
-  for (size_t i = 0; i < count; i += perBlock) {
-    const size_t n = count - i < perBlock ? count - i : perBlock;
-    scale(scaled, pb + i * size, n, op);
-    fn(d + i * size, pa + i * size, scaled, n, op);
-  }
+  forEachScaledBlock(k, b, count, dt, op, [&](size_t off, const void* scaled, size_t n) {
+    fn(static_cast<unsigned char*>(dst) + off, static_cast<const unsigned char*>(a) + off, scaled, n, op);
+  });
 }
 
 void reduceStreamWith(const KernelTable& k, void* const* out, int nout, const void* a, const void* b, size_t count,
@@ -96,19 +103,9 @@ void reduceStreamWith(const KernelTable& k, void* const* out, int nout, const vo
     fn(out, nout, 0, a, b, count, op);
     return;
   }
-  // PreMulSum: as reduceWith, b scaled one cache-resident block at a time; each block of a
-  // and b is read before the outputs' block is written, so an output may still be a or b.
-  constexpr size_t kBlockBytes = 8192;
-  alignas(64) unsigned char scaled[kBlockBytes];
-  const MapFn scale = k.map[dt][1][0];
-  const size_t size = typeSize(dt), perBlock = kBlockBytes / size;
-  const auto* pa = static_cast<const unsigned char*>(a);
-  const auto* pb = static_cast<const unsigned char*>(b);
-  for (size_t i = 0; i < count; i += perBlock) {
-    const size_t n = count - i < perBlock ? count - i : perBlock;
-    scale(scaled, pb + i * size, n, op);
-    fn(out, nout, i * size, pa + i * size, scaled, n, op);
-  }
+  forEachScaledBlock(k, b, count, dt, op, [&](size_t off, const void* scaled, size_t n) {
+    fn(out, nout, off, static_cast<const unsigned char*>(a) + off, scaled, n, op);
+  });
 }
 
 void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op,

@@ -164,14 +164,21 @@ inline void forEach1(unsigned char* d, const unsigned char* s, size_t n, Body bo
   }
 }
 
+// One vector of a (op) b, divided by `divisor` when finalizing: the lane arithmetic of
+// every reduce loop.
+template <class Tr, template <class> class Op, bool kFinalize>
+inline typename Tr::VE combine(typename Tr::VE x, typename Tr::VE y, uint32_t divisor) {
+  typename Tr::VA r = Op<Tr>::apply(Tr::widen(x), Tr::widen(y));
+  if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);
+  return Tr::narrow(r);
+}
+
 template <class Tr, template <class> class Op, bool kFinalize>
 void reduceLoop(void* dst, const void* a, const void* b, size_t n, const RedOpSpec& op) {
   const uint32_t divisor = op.divisor;
   forEach2<Tr>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(a),
                static_cast<const unsigned char*>(b), n, [&](typename Tr::VE x, typename Tr::VE y) {
-                 typename Tr::VA r = Op<Tr>::apply(Tr::widen(x), Tr::widen(y));
-                 if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);
-                 return Tr::narrow(r);
+                 return combine<Tr, Op, kFinalize>(x, y, divisor);
                });
 }
 
@@ -209,11 +216,6 @@ void reduceStreamLoop(void* const* outs, int nout, size_t outOffset, const void*
   const uint32_t divisor = op.divisor;
   const auto* pa = static_cast<const unsigned char*>(a);
   const auto* pb = static_cast<const unsigned char*>(b);
-  auto body = [&](VE x, VE y) {
-    typename Tr::VA r = Op<Tr>::apply(Tr::widen(x), Tr::widen(y));
-    if constexpr (kFinalize) r = divideBy<Tr>(r, divisor);
-    return Tr::narrow(r);
-  };
   alignas(64) unsigned char line[64];
   size_t i = 0;
   for (; i + kLineElems <= n; i += kLineElems) {
@@ -221,7 +223,7 @@ void reduceStreamLoop(void* const* outs, int nout, size_t outOffset, const void*
     VE x[64 / kVec], y[64 / kVec];
     for (size_t u = 0; u < 64 / kVec; ++u) x[u] = loadVec<VE>(pa + off + u * kVec);
     for (size_t u = 0; u < 64 / kVec; ++u) y[u] = loadVec<VE>(pb + off + u * kVec);
-    for (size_t u = 0; u < 64 / kVec; ++u) storeVec(line + u * kVec, body(x[u], y[u]));
+    for (size_t u = 0; u < 64 / kVec; ++u) storeVec(line + u * kVec, combine<Tr, Op, kFinalize>(x[u], y[u], divisor));
     storeLine(outs, nout, outOffset + off, line);
   }
   if (i < n) {  // under a line: through the ordinary loop, then plain stores
@@ -268,24 +270,21 @@ void fromFloatLoop(void* dst, const float* src, size_t n) {
   }
 }
 
+// One base op's loops for one dtype, without and with the final division.
+template <class Tr, template <class> class Op>
+void fillOp(KernelTable& t, ncclDataType_t dt, ncclRedOp_t base) {
+  t.reduce[dt][base][0] = reduceLoop<Tr, Op, false>;
+  t.reduce[dt][base][1] = reduceLoop<Tr, Op, true>;
+  t.reduceStream[dt][base][0] = reduceStreamLoop<Tr, Op, false>;
+  t.reduceStream[dt][base][1] = reduceStreamLoop<Tr, Op, true>;
+}
+
 template <class Tr>
 void fillType(KernelTable& t, ncclDataType_t dt) {
-  t.reduce[dt][ncclSum][0] = reduceLoop<Tr, OpSum, false>;
-  t.reduce[dt][ncclSum][1] = reduceLoop<Tr, OpSum, true>;
-  t.reduce[dt][ncclProd][0] = reduceLoop<Tr, OpProd, false>;
-  t.reduce[dt][ncclProd][1] = reduceLoop<Tr, OpProd, true>;
-  t.reduce[dt][ncclMax][0] = reduceLoop<Tr, OpMax, false>;
-  t.reduce[dt][ncclMax][1] = reduceLoop<Tr, OpMax, true>;
-  t.reduce[dt][ncclMin][0] = reduceLoop<Tr, OpMin, false>;
-  t.reduce[dt][ncclMin][1] = reduceLoop<Tr, OpMin, true>;
-  t.reduceStream[dt][ncclSum][0] = reduceStreamLoop<Tr, OpSum, false>;
-  t.reduceStream[dt][ncclSum][1] = reduceStreamLoop<Tr, OpSum, true>;
-  t.reduceStream[dt][ncclProd][0] = reduceStreamLoop<Tr, OpProd, false>;
-  t.reduceStream[dt][ncclProd][1] = reduceStreamLoop<Tr, OpProd, true>;
-  t.reduceStream[dt][ncclMax][0] = reduceStreamLoop<Tr, OpMax, false>;
-  t.reduceStream[dt][ncclMax][1] = reduceStreamLoop<Tr, OpMax, true>;
-  t.reduceStream[dt][ncclMin][0] = reduceStreamLoop<Tr, OpMin, false>;
-  t.reduceStream[dt][ncclMin][1] = reduceStreamLoop<Tr, OpMin, true>;
+  fillOp<Tr, OpSum>(t, dt, ncclSum);
+  fillOp<Tr, OpProd>(t, dt, ncclProd);
+  fillOp<Tr, OpMax>(t, dt, ncclMax);
+  fillOp<Tr, OpMin>(t, dt, ncclMin);
   t.map[dt][0][0] = mapLoop<Tr, false, false>;
   t.map[dt][0][1] = mapLoop<Tr, false, true>;
   t.map[dt][1][0] = mapLoop<Tr, true, false>;
