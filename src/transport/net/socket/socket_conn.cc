@@ -404,11 +404,16 @@ Status Conn::pumpStream(int index) {
                               "its part received)",
                               index, st.sock.peer().toString().c_str(), t.done, t.len));
     if (k.value() == 0) return OkStatus();
+    const bool shortMove = k.value() < t.len - t.done;
     t.done += k.value();
     if (t.done == t.len) {
       t.req->partsLeft--;
       st.tasks.pop_front();
     }
+    // A short move filled the socket's send buffer or drained its receive queue: the next
+    // call would only say EAGAIN (a system call). What frees up meanwhile is moved on the
+    // next pass.
+    if (shortMove) return OkStatus();
   }
   return OkStatus();
 }
