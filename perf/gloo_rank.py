@@ -22,11 +22,15 @@ BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sh
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--store", required=True, help="FileStore path shared by the ranks, absent before the run")
+    ap.add_argument("--bench", default=os.path.normpath(BENCH), help="directory holding gloo_allreduce.py")
     ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then gloo_allreduce.py's arguments")
     a = ap.parse_args()
     rest = a.bench_args[1:] if a.bench_args[:1] == ["--"] else a.bench_args
     rank = int(os.environ["RANK"])
-    sys.path.insert(0, os.path.abspath(BENCH))
+    script = os.path.join(a.bench, "gloo_allreduce.py")
+    if not os.path.isfile(script):
+        sys.exit(f"gloo_rank.py: {script} not found (the shared benchmark scripts; --bench DIR names another place)")
+    sys.path.insert(0, os.path.abspath(a.bench))
     import gloo_allreduce
     import torch.multiprocessing as mp
 
@@ -40,7 +44,7 @@ def main():
         fn(rank, bench_args, a.store)
 
     mp.spawn = spawn_this_rank
-    sys.argv = [os.path.join(BENCH, "gloo_allreduce.py"), *rest]
+    sys.argv = [script, *rest]
     gloo_allreduce.main()
 
 
