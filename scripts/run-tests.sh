@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # All the tests: the release build in build/ runs every ctest; then an ASan+UBSan build in
-# build-asan/ runs the unit, mr and mp tests. Tests fork processes and spin: at most -j2.
+# build-asan/ runs the unit, mr, mp and net tests (net: the socket transport, the proxy and
+# ranks over TCP, namespaces included; about 1.5 minutes more than without). Tests fork
+# processes and spin: at most -j2.
 # A failed build or test does not stop the rest; the exit status reports any failure.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
@@ -12,8 +14,8 @@ configure build
 build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" || fail=1
 
-echo "== ASan+UBSan build: unit, mr and mp tests"
-labels='^(unit|mr|mp)$'
+echo "== ASan+UBSan build: unit, mr, mp and net tests"
+labels='^(unit|mr|mp|net)$'
 configure build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF
 mapfile -t targets < <(test_targets build-asan "$labels")
 build build-asan "${targets[@]}" || fail=1
