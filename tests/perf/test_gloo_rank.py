@@ -12,6 +12,7 @@ e.g. when gloo_allreduce.py changes how it spawns, fails here instead of hanging
 """
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +48,7 @@ def main():
                 outs.append(p.communicate(timeout=HANG_LIMIT)[0])
         except subprocess.TimeoutExpired:
             for p in procs:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)  # its own session: any child it spawned too
             print(f"FAIL: the two ranks did not finish within {HANG_LIMIT} s")
             return 1
         rank1, rank0 = outs
