@@ -96,6 +96,7 @@ Conn::Conn(bool sender, std::vector<sock::Socket> socks, std::string what)
   // Room for a few frames with inline payloads; more only while the socket is full (at
   // most kMaxRequests frames, the bound on buffering).
   out_.reserve(2 * (sizeof(Frame) + sockwire::kInlineMax));
+  held_.reserve(kMaxRequests);
   // Room for an incomplete frame plus a chunk behind it (readCtrl).
   in_.resize(sender ? 2 * kSendReadChunk : kRecvReadChunk + sizeof(Frame) + sockwire::kInlineMax);
 }
@@ -201,9 +202,27 @@ Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
   // After the sender's goodbye the receive is still posted, not refused: messages framed
   // before the goodbye may still be arriving on the streams for earlier receives, and this
   // one fails in test() only when it is next in line, so nothing delivered is lost.
-  if (!peerBye_ && !ctrlEof_ && !byeSent_) queueFrame(Frame{sockwire::kCts, tag, size, 0}, nullptr, 0);
+  if (!peerBye_ && !ctrlEof_ && !byeSent_) {
+    held_.push_back(Frame{sockwire::kCts, tag, size, 0});
+    if (!releaseCredits()) return r;  // held: no write now
+  }
   SNCCL_TRY(push());
   return r;
+}
+
+bool Conn::releaseCredits() {
+  // Credits are held back while the sender has more of them (granted and not yet used by a
+  // matched MSG) than are held: it can keep sending meanwhile, and one write later grants
+  // the batch. Invariant after every call: held_ is empty or granted_ - matched_ >
+  // held_.size() >= 1, so the oldest unmatched receive always has its credit granted, and a
+  // sender that runs out of credits has sent messages whose matching (the receiver's
+  // next read of the control socket, by whoever drives it) releases the rest.
+  if (held_.empty() || granted_ - matched_ > held_.size()) return false;
+  for (const Frame& f : held_) queueFrame(f, nullptr, 0);
+  granted_ += held_.size();
+  held_.clear();
+  ++creditReleases_;
+  return true;
 }
 
 bool Conn::retarget(SockRequest* r, void* data, size_t size) {
@@ -252,6 +271,7 @@ Status Conn::progress() {
   if (!error_.ok()) return error_;
   SNCCL_TRY(flushCtrl());
   if (!ctrlEof_) SNCCL_TRY(readCtrl());
+  if (outOff_ < out_.size()) SNCCL_TRY(flushCtrl());  // credits the messages just read released
   for (int i = 0; i < nstreams(); ++i) SNCCL_TRY(pumpStream(i));
   return OkStatus();
 }
@@ -349,6 +369,7 @@ Status Conn::handleFrame(const Frame& f, const char* payload) {
       return matchMessage(f, payload);
     case sockwire::kBye:
       peerBye_ = true;
+      held_.clear();  // nothing follows the answer below: the sender sends no more messages
       if (!sender_ && !byeSent_) {
         // Answer so the sender's close can finish without waiting for its deadline, and
         // send nothing after it: no credit can be left unread at the sender's close.
@@ -380,6 +401,8 @@ Status Conn::matchMessage(const Frame& f, const char* payload) {
     return fail(InvalidUsage("a %llu-byte message (tag %d) arrived for a %zu-byte receive (tag %d)",
                              (unsigned long long)f.size, f.tag, r->size, r->tag));
   awaiting_.pop_front();
+  ++matched_;
+  releaseCredits();
   r->matched = true;
   r->size = size_t(f.size);
   r->imm = f.imm;

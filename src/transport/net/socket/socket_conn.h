@@ -7,6 +7,18 @@
 // above sockwire::kInlineMax are never staged: they go from the caller's buffer to the
 // socket and back; smaller ones ride in the MSG frame through the control buffers.
 //
+// Credits: each posted receive becomes one CTS frame, but the receiver holds frames back
+// while the sender has more credits granted (and not yet used by a message the receiver
+// has read) than are held, and writes the held ones in one batch when that stops being
+// true (releaseCredits). At 8 B that halves the credit writes with 4 receives posted: a
+// write costs a system call plus the peer's TCP receive path in this thread. So the
+// oldest unmatched receive always has its credit granted, and a sender that used its
+// credits has sent messages whose reading, by whoever drives the receiver (its rank
+// inside an operation, or the proxy), releases the rest. A receiving rank that makes no
+// call while its proxy does not watch the connection (net/proxy.h: a ring with its
+// receives posted owes nothing) lets the sender use more than half of the posted
+// receives, not all: floor(n/2)+1 of n.
+//
 // Errors are sticky: once a socket fails, every later call returns the same Status, which
 // names the peer and what was lost. A goodbye (BYE) from the peer is not an error by
 // itself; only a receive that can no longer be satisfied is.
@@ -78,6 +90,9 @@ class Conn {
   // abortCode != 0: ABORT with the code, best effort, no waiting.
   void close(uint32_t abortCode, int lingerMs);
   uint32_t peerAbortCode() const { return peerAbort_; }
+  // Receiver: how many times held credits were queued (each batch goes out in one write
+  // when the socket has room). Fewer than the receives posted when batching works.
+  uint64_t creditReleases() const { return creditReleases_; }
 
  private:
   struct Task {
@@ -104,6 +119,9 @@ class Conn {
   Status handleFrame(const sockwire::Frame& f, const char* payload);
   Status matchMessage(const sockwire::Frame& f, const char* payload);
   Status pumpStream(int index);
+  // Receiver: queues the held credits when the sender is low on them (the rule inside);
+  // true if it queued any.
+  bool releaseCredits();
   Status fail(Status s);
   void queueFrame(const sockwire::Frame& f, const void* payload, size_t n);
   void addParts(SockRequest* r, size_t size);
@@ -118,6 +136,10 @@ class Conn {
   std::array<SockRequest, kMaxRequests> pool_;
   std::deque<SockRequest*> awaiting_;  // receiver: posted, MSG not yet seen, in order
   std::deque<Credit> credits_;         // sender: posted receives of the peer, in order
+  std::vector<sockwire::Frame> held_;  // receiver: CTS of posted receives not yet written
+  uint64_t granted_ = 0;               // receiver: CTS frames queued for the sender
+  uint64_t matched_ = 0;               // receiver: MSG frames matched to receives
+  uint64_t creditReleases_ = 0;
   std::vector<char> out_;              // control frames not yet written
   size_t outOff_ = 0;
   std::vector<char> in_;               // control bytes read but not yet parsed: the first inLen_
