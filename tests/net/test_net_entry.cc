@@ -16,6 +16,7 @@
 
 #include "transport/connection.h"
 #include "transport/net/net_entry.h"
+#include "loop_net.h"
 #include "transport/net/socket/socket_net.h"
 
 namespace snccl::net {
@@ -24,18 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kSteps = 4;
 constexpr uint32_t kSlot = 64 << 10;
-
-Net* loopNet() {
-  static Net* n = [] {
-    setenv("SNCCL_SOCKET_IFNAME", "=lo", 1);
-    setenv("SNCCL_TIMEOUT", "20", 1);
-    Net* net = socketNet();
-    Status s = net->init();
-    EXPECT_TRUE(s.ok()) << s.message();
-    return net;
-  }();
-  return n;
-}
 
 // One ring's memory, as NetRing (net_transport.cc) lays it out.
 struct Ring {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "loop_net.h"
 #include "support/harness.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_conn.h"
@@ -36,19 +37,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using sockwire::Part;
 
-// The process's socket Net on loopback (parameters are read once: set them first).
-Net* loopNet() {
-  static Net* net = [] {
-    setenv("SNCCL_SOCKET_IFNAME", "=lo", 1);
-    setenv("SNCCL_TIMEOUT", "20", 1);
-    setenv("SNCCL_NSOCKS_PERTHREAD", "2", 1);  // messages split over two streams (the default is one)
-    Net* n = socketNet();
-    Status s = n->init();
-    EXPECT_TRUE(s.ok()) << s.message();
-    return n;
-  }();
-  return net;
-}
+// Messages split over two data streams (the default is one).
+constexpr int kStreams = 2;
 
 struct Pair {
   SendComm* send = nullptr;
@@ -158,7 +148,7 @@ TEST(SocketWire, StreamCountFollowsNcclLimits) {
 // ---- Through the Net interface ------------------------------------------------------
 
 TEST(SocketNet, PropertiesAndRegistration) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   EXPECT_STREQ(net->name(), "Socket");
   EXPECT_EQ(net->devices(), 1);
   Properties p;
@@ -174,7 +164,7 @@ TEST(SocketNet, PropertiesAndRegistration) {
 }
 
 TEST(SocketNet, IsendWaitsForPostedReceive) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   std::vector<char> src = pattern(1000, 1), dst(1000, 0);
@@ -257,7 +247,7 @@ void stream(Net* net, Pair& p, const std::vector<size_t>& sizes, size_t window) 
 }
 
 TEST(SocketNet, ManyMessagesOfMixedSizesArriveInOrder) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   std::mt19937 g(5);
@@ -276,7 +266,7 @@ TEST(SocketNet, ManyMessagesOfMixedSizesArriveInOrder) {
 // the connection's output buffer, written as the receiver drains: all must arrive whole
 // and in order. (64 messages of 64 KiB: far more than a socket that is not read holds.)
 TEST(SocketNet, InlineMessagesWaitWhileTheReceiverDoesNotRead) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   constexpr int kMessages = socknet::kMaxRequests;
@@ -324,7 +314,7 @@ TEST(SocketNet, InlineMessagesWaitWhileTheReceiverDoesNotRead) {
 }
 
 TEST(SocketNet, MessagesLargerThanAStreamPart) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   // 8 MiB: four times the loopback socket buffers, split over the streams.
@@ -542,7 +532,7 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
 }
 
 TEST(SocketNet, MessageLargerThanPostedReceiveIsAnError) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   std::vector<char> src(5000), dst(4000);
@@ -561,7 +551,7 @@ TEST(SocketNet, MessageLargerThanPostedReceiveIsAnError) {
 // memory, until the receiver has read the message's frame; a message of another size
 // still lands where the receive was posted.
 TEST(SocketNet, PostedReceiveMovesUntilItsMessageStartsArriving) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   auto send = [&](std::vector<char>& src) {
@@ -638,7 +628,7 @@ TEST(SocketNet, PostedReceiveMovesUntilItsMessageStartsArriving) {
 }
 
 TEST(SocketNet, PollDescriptorsReportIncomingData) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   std::vector<char> src = pattern(200000, 3), dst(200000);
@@ -681,7 +671,7 @@ TEST(SocketNet, PollDescriptorsReportIncomingData) {
 }
 
 TEST(SocketNet, CleanCloseOfReceiverFailsLaterSends) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   ASSERT_TRUE(net->closeRecv(p.recv, 0).ok());
@@ -697,7 +687,7 @@ TEST(SocketNet, CleanCloseOfReceiverFailsLaterSends) {
 }
 
 TEST(SocketNet, PendingReceiveFailsWhenSenderCloses) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   std::vector<char> dst(100);
@@ -713,7 +703,7 @@ TEST(SocketNet, PendingReceiveFailsWhenSenderCloses) {
 }
 
 TEST(SocketNet, AbortReachesThePeerWithItsCode) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Pair p = connectPair(net);
   ASSERT_TRUE(p.send && p.recv);
   std::vector<char> dst(100);
@@ -734,7 +724,7 @@ TEST(SocketNet, AbortReachesThePeerWithItsCode) {
 // The receiver is a child process that dies (SIGKILL) mid-stream: the sender gets an
 // error naming the lost connection, promptly, not a hang.
 TEST(SocketNet, PeerDeathIsAnErrorNotAHang) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Handle h{};
   ListenComm* l = nullptr;
   ASSERT_TRUE(net->listen(0, &h, &l).ok());
@@ -784,7 +774,7 @@ TEST(SocketNet, PeerDeathIsAnErrorNotAHang) {
 // A connection to the listener's port that does not know the handle's nonce is dropped;
 // the real sender still gets through.
 TEST(SocketNet, ListenerDropsConnectionsWithoutTheKey) {
-  Net* net = loopNet();
+  Net* net = loopNet(kStreams);
   Handle h{};
   ListenComm* l = nullptr;
   ASSERT_TRUE(net->listen(0, &h, &l).ok());
