@@ -491,7 +491,8 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
     post();
   }
   const uint64_t releases = receiver.creditReleases();
-  EXPECT_LE(releases, uint64_t(kRounds / 2 + kWindow)) << "credits were not batched";
+  // Batched: one write per two rounds here (203 in all); one per receive (over 400) without.
+  EXPECT_LE(releases, uint64_t(kRounds) * 3 / 4) << "credits were not batched";
   // A burst that leaves credits held (6 posted on top of those left: some held), then a
   // receiver that only tests: the sender must get every credit as its messages arrive.
   for (int i = 0; i < 6; ++i) post();
