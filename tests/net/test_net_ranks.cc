@@ -200,7 +200,9 @@ TEST(NetRanks, StuckSendFromTheUserBufferEndsAtTheTimeout) {
 // Two ranks that each send to the other before they receive, without a group: each send
 // completes only once the peer's net has taken its messages (they leave from the user's
 // buffer), so it relies on the receive rings keeping their nsteps receives posted while
-// their own rank is busy sending (4 x 512 KiB here). 1 MiB + 28 B is three messages.
+// their own rank is busy sending (4 x 512 KiB here), and their credits reaching the sender
+// (the socket net holds some back until it reads the sender's messages: the next test).
+// 1 MiB + 28 B is three messages.
 // Connections are made by the first operation that needs them, with both ends in it: a
 // grouped exchange makes them first (an ungrouped send would wait for the peer's end).
 TEST(NetRanks, UngroupedSendsBothWaysWithinTheRingsBuffers) {
@@ -222,6 +224,51 @@ TEST(NetRanks, UngroupedSendsBothWaysWithinTheRingsBuffers) {
       for (size_t i = 0; i < count && err.empty(); ++i)
         if (out[i] != float((1 - rank) * 1000000 + int(i % 100000)))
           err = "element " + std::to_string(i) + " is " + std::to_string(out[i]);
+    }
+    nettest::report(sh, rank, err.empty() ? 0 : 1, err);
+    return err.empty();
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// A send of exactly the ring's buffers (4 x 512 KiB) to a rank that makes no call at all
+// meanwhile must complete, as it does with NCCL within its buffers: the receiving ring has
+// its 4 receives posted, but the socket net grants some of their credits only when it
+// reads the sender's first messages (socket_conn.h). The receiving rank's proxy must do
+// that read even though its rank gave the ring back between operations without waking it
+// (the ring owed nothing then). Rank 1 waits (up to 20 s, making no snccl call) for rank 0
+// to say its send returned, then receives and checks the data either way, so a failure
+// ends cleanly.
+TEST(NetRanks, SendOfTheRingsBuffersCompletesWhileThePeerMakesNoCall) {
+  Outcome o = nettest::runCluster(loopback(2, 1), [](ncclComm_t comm, int rank, int, Shared* sh, bool*) {
+    const size_t count = size_t(1) << 19;  // 2 MiB of floats: four 512 KiB messages
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = rank == 0 ? float(int(i % 100003)) : -1.0f;
+    std::string err;
+    float one = 1.0f, got = 0.0f;
+    ncclGroupStart();
+    ncclSend(&one, 1, ncclFloat, 1 - rank, comm, nullptr);
+    ncclRecv(&got, 1, ncclFloat, 1 - rank, comm, nullptr);
+    if (ncclGroupEnd() != ncclSuccess) err = std::string("connecting: ") + ncclGetLastError(comm);
+    int* sent = &sh->r[0].iters;  // rank 0's flag: its send returned
+    if (err.empty() && rank == 0) {
+      if (ncclSend(buf.data(), count, ncclFloat, 1, comm, nullptr) != ncclSuccess) err = ncclGetLastError(comm);
+      __atomic_store_n(sent, 1, __ATOMIC_SEQ_CST);
+    } else if (err.empty()) {
+      double deadline = nettest::nowSec() + 20;
+      while (__atomic_load_n(sent, __ATOMIC_SEQ_CST) == 0 && nettest::nowSec() < deadline) usleep(1000);
+      if (__atomic_load_n(sent, __ATOMIC_SEQ_CST) == 0)
+        err = "rank 0's send of the ring's buffers did not return in 20 s while this rank made no call";
+      if (ncclRecv(buf.data(), count, ncclFloat, 0, comm, nullptr) != ncclSuccess) {
+        err += std::string(err.empty() ? "" : "; ") + "receive: " + ncclGetLastError(comm);
+      } else {
+        for (size_t i = 0; i < count; ++i)
+          if (buf[i] != float(int(i % 100003))) {
+            err += std::string(err.empty() ? "" : "; ") + "element " + std::to_string(i) + " is " +
+                   std::to_string(buf[i]);
+            break;
+          }
+      }
     }
     nettest::report(sh, rank, err.empty() ? 0 : 1, err);
     return err.empty();

@@ -64,8 +64,9 @@ class ProxyEntry {
   // (holding driveMutex) when it gives the claim up between operations: an entry that
   // owes nothing needs no proxy wake-up, which on these VMs costs more than a small
   // operation. A receive that has its credits posted owes nothing: the data waits in the
-  // socket for the next operation's claimant or the proxy's next pass (credits the
-  // socket net holds back are not owed either: the sender has more than those).
+  // socket for the next operation's claimant or the proxy's next pass. Credits the socket
+  // net holds back are not owed either: the sender has more than those, and a proxy that
+  // slept while the entry was claimed looks at it again within kClaimedTickMs (proxy.cc).
   virtual bool needsProxy() { return true; }
   // What the claimant does (holding driveMutex) as it gives the claim up between
   // operations: by default a few progress passes, since an operation's final send is

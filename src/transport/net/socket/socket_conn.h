@@ -14,10 +14,10 @@
 // write costs a system call plus the peer's TCP receive path in this thread. So the
 // oldest unmatched receive always has its credit granted, and a sender that used its
 // credits has sent messages whose reading, by whoever drives the receiver (its rank
-// inside an operation, or the proxy), releases the rest. A receiving rank that makes no
-// call while its proxy does not watch the connection (net/proxy.h: a ring with its
-// receives posted owes nothing) lets the sender use more than half of the posted
-// receives, not all: floor(n/2)+1 of n.
+// inside an operation, or the proxy), releases the rest. With n receives posted and the
+// receiving rank making no call, the sender gets at least floor(n/2)+1 credits at once
+// and the rest once the proxy reads its messages; a proxy that slept while the rank held
+// the ring looks again within net/proxy.cc's kClaimedTickMs (5 ms).
 //
 // Errors are sticky: once a socket fails, every later call returns the same Status, which
 // names the peer and what was lost. A goodbye (BYE) from the peer is not an error by
