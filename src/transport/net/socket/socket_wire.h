@@ -6,9 +6,10 @@
 // (random nonce) and says which socket it is. Control frames go both ways: the receiver
 // sends CTS (a posted receive: the sender's only credit; some may be held back and sent
 // in a batch, socket_conn.h), the sender sends MSG (size, tag, imm; small payloads
-// inline); either end sends BYE on a clean close or ABORT with an error code. Message payloads go on the data streams; both ends compute the same split
-// from (message sequence number, size, nstreams), so data carries no headers, and each
-// stream carries its parts in message order. All integers are little-endian (the only
+// inline); either end sends BYE on a clean close or ABORT with an error code. Message
+// payloads go on the data streams; both ends compute the same split from (message
+// sequence number, size, nstreams), so data carries no headers, and each stream carries
+// its parts in message order. All integers are little-endian (the only
 // byte order snccl builds for).
 #pragma once
 
