@@ -451,7 +451,9 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
       ASSERT_TRUE(r.ok()) << r.status().message();
       sr = r.value();
     }
-    ASSERT_NE(sr, nullptr) << "message " << i << ": no credit with the receiver idle (the sender must get more than half of the posted receives)";
+    ASSERT_NE(sr, nullptr) << "message " << i
+                           << ": no credit with the receiver idle (the sender must get more than half of the "
+                              "posted receives)";
     bool done = false;
     while (!done && Clock::now() < deadline) ASSERT_TRUE(sender.test(sr, &done, nullptr, nullptr).ok());
     ASSERT_TRUE(done) << "message " << i << " did not leave";
@@ -470,10 +472,8 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
     std::memcpy(&word, slots[size_t(i % kSlots)].data(), sizeof word);
     EXPECT_EQ(word, uint64_t(i) * 0x9e3779b97f4a7c15ull) << "message " << i;
   };
-  // Ping-pong, the latency-bound pattern batching is for: one message in flight, each
-  // slot re-posted as soon as its message is consumed.
-  for (int i = 0; i < kWindow; ++i) post();
   // A fresh window, the receiver idle: more than half of it can be sent at once.
+  for (int i = 0; i < kWindow; ++i) post();
   constexpr int kAhead = kWindow / 2 + 1;
   for (int i = 0; i < kAhead; ++i) {
     sendOne(i);
@@ -484,6 +484,8 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
     if (HasFatalFailure()) return;
     post();
   }
+  // Ping-pong, the latency-bound pattern batching is for: one message in flight, each
+  // slot re-posted as soon as its message is consumed.
   for (int i = kAhead; i < kRounds; ++i) {
     sendOne(i);
     if (HasFatalFailure()) return;
