@@ -149,6 +149,7 @@ Status Conn::fail(Status s) {
   error_ = s;
   for (Stream& st : streams_) st.tasks.clear();
   awaiting_.clear();
+  held_.clear();  // releaseCredits counts held receives among awaiting_
   return error_;
 }
 
@@ -213,13 +214,16 @@ Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
 bool Conn::releaseCredits() {
   // Credits are held back while the sender has more of them (granted and not yet used by a
   // matched MSG) than are held: it can keep sending meanwhile, and one write later grants
-  // the batch. Invariant after every call: held_ is empty or granted_ - matched_ >
-  // held_.size() >= 1, so the oldest unmatched receive always has its credit granted, and a
-  // sender that runs out of credits has sent messages whose matching (the receiver's
-  // next read of the control socket, by whoever drives it) releases the rest.
-  if (held_.empty() || granted_ - matched_ > held_.size()) return false;
+  // the batch. While any are held, awaiting_ is exactly the granted unmatched receives
+  // followed by the held ones (held_ is cleared when the peer's BYE ends the sending; no
+  // receive posted after it has a credit). Invariant after every call: held_ is empty or
+  // granted > held_.size() >= 1, so the oldest unmatched receive always has its credit
+  // granted, and a sender that runs out of credits has sent messages whose matching (the
+  // receiver's next read of the control socket, by whoever drives it) releases the rest.
+  if (held_.empty()) return false;
+  const size_t granted = awaiting_.size() - held_.size();
+  if (granted > held_.size()) return false;
   for (const Frame& f : held_) queueFrame(f, nullptr, 0);
-  granted_ += held_.size();
   held_.clear();
   ++creditReleases_;
   return true;
@@ -401,7 +405,6 @@ Status Conn::matchMessage(const Frame& f, const char* payload) {
     return fail(InvalidUsage("a %llu-byte message (tag %d) arrived for a %zu-byte receive (tag %d)",
                              (unsigned long long)f.size, f.tag, r->size, r->tag));
   awaiting_.pop_front();
-  ++matched_;
   releaseCredits();
   r->matched = true;
   r->size = size_t(f.size);

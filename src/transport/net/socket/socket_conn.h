@@ -136,9 +136,7 @@ class Conn {
   std::array<SockRequest, kMaxRequests> pool_;
   std::deque<SockRequest*> awaiting_;  // receiver: posted, MSG not yet seen, in order
   std::deque<Credit> credits_;         // sender: posted receives of the peer, in order
-  std::vector<sockwire::Frame> held_;  // receiver: CTS of posted receives not yet written
-  uint64_t granted_ = 0;               // receiver: CTS frames queued for the sender
-  uint64_t matched_ = 0;               // receiver: MSG frames matched to receives
+  std::vector<sockwire::Frame> held_;  // receiver: CTS of the newest posted receives, not yet written
   uint64_t creditReleases_ = 0;
   std::vector<char> out_;              // control frames not yet written
   size_t outOff_ = 0;
