@@ -17,21 +17,6 @@ function(snccl_resolve opt found)
   message(STATUS "snccl: ${have} = ${val}")
 endfunction()
 
-# CUDA: only the headers are used at build time (runtime is dlopen'd).
-set(_cuda_found OFF)
-if(EXISTS /usr/local/cuda/include/cuda_runtime.h)
-  set(SNCCL_CUDA_INCLUDE /usr/local/cuda/include)
-  set(_cuda_found ON)
-endif()
-snccl_resolve(SNCCL_WITH_CUDA _cuda_found)
-
-set(_verbs_found OFF)
-find_path(SNCCL_VERBS_INCLUDE infiniband/verbs.h)
-if(SNCCL_VERBS_INCLUDE)
-  set(_verbs_found ON)
-endif()
-snccl_resolve(SNCCL_WITH_VERBS _verbs_found)
-
 find_package(PkgConfig)
 set(_hwloc_found OFF)
 if(PkgConfig_FOUND)

@@ -5,7 +5,7 @@ JOBS=${JOBS:-$(( $(nproc) < 2 ? 1 : 2 ))}
 
 REQUIRED=(cmake ninja-build g++ libgtest-dev libbenchmark-dev pkg-config)
 REQUIRED+=(python3 iproute2)  # tests: the perf tool runs, the network-namespace tests
-OPTIONAL=(libhwloc-dev libibverbs-dev openmpi-bin libopenmpi-dev)
+OPTIONAL=(libhwloc-dev openmpi-bin libopenmpi-dev)
 OPTIONAL+=(iperf3)  # perf/compare --cases netns: the TCP path's reference throughput
 OPTIONAL+=(python3-torch libtorch-dev pybind11-dev python3-pytest)  # the PyTorch backend, its tests
 
