@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs ../shared/bench/gloo_allreduce.py as ONE rank of a job whose ranks are started
+"""Runs perf/peers/gloo_allreduce.py as ONE rank of a job whose ranks are started
 separately, e.g. one per network namespace (perf/netns_pair.sh, perf/compare's netns
 case), instead of all ranks as children of one process.
 
@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "bench")
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
 
 
 def main():
@@ -29,7 +29,7 @@ def main():
     rank = int(os.environ["RANK"])
     script = os.path.join(a.bench, "gloo_allreduce.py")
     if not os.path.isfile(script):
-        sys.exit(f"gloo_rank.py: {script} not found (the shared benchmark scripts; --bench DIR names another place)")
+        sys.exit(f"gloo_rank.py: {script} not found (perf/peers; --bench DIR names another place)")
     sys.path.insert(0, os.path.abspath(a.bench))
     import gloo_allreduce
     import torch.multiprocessing as mp
