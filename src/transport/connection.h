@@ -1,6 +1,6 @@
 // Connection: one direction of data between two ranks, as a ring of slots with credits.
 //
-// The credit scheme (DESIGN §5): the ring has `nsteps` slots of `slotBytes`. Two 64-bit
+// The credit scheme (docs/design.md §5): the ring has `nsteps` slots of `slotBytes`. Two 64-bit
 // monotonic counters live in a control block both ends can see: `tail` (written only by
 // the sender: messages posted) and `head` (written only by the receiver: messages
 // consumed). The sender may fill message s only while s < head + nsteps, writes slot

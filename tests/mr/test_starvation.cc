@@ -1,5 +1,5 @@
 // Oversubscription: 8 ranks on a machine with as few as 2 cores complete thousands of
-// small allreduces without starving one another (DESIGN §7: waits spin briefly, then
+// small allreduces without starving one another (docs/design.md §7: waits spin briefly, then
 // yield, then sleep). There is no timing threshold: the harness watchdog is the only
 // limit, and every result is verified so that a rank reading stale data is caught.
 #include <string>
