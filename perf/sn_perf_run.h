@@ -22,7 +22,7 @@ class Watchdog {
   ~Watchdog() { stop(); }
   void start(int seconds, std::string host);
   void stop();
-  // Called once per operation: a counter, not a clock read (tens of ns on these VMs, a
+  // Called once per operation: a counter, not a clock read (tens of ns on a virtual machine, a
   // tenth of an 8 B AllReduce). The watchdog thread notices when it stops moving.
   // seconds_ is set before any thread runs operations; without -T nothing is written.
   void beat() {

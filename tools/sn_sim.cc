@@ -35,7 +35,7 @@ struct Preset {
   double intraChanBw = 0, netChanBw = 0;
 };
 
-// From ../shared/reference/topology-formats.md §6 and nccl-compat.md §11. Bandwidths are
+// From the machines' published specifications and NCCL's tuning constants. Bandwidths are
 // per rank and direction (NCCL's figures, ~80% of raw); latencies are NCCL's Simple
 // per-hop latencies (NVLink ring 3.4 us, NET 14 us) where the reference gives none.
 // Per-channel rates are our assumption, not a reference figure: one thread block moves

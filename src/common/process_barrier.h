@@ -20,7 +20,7 @@ namespace snccl {
 bool registerProcessBarrier();
 
 // Full fence on every CPU running a thread of a registered process. Costs a system call
-// plus an inter-processor interrupt per such CPU (1-70 us on these VMs). False on failure,
+// plus an inter-processor interrupt per such CPU (1-70 us on a virtual machine). False on failure,
 // in which case nothing is guaranteed and the caller must not sleep relying on it.
 bool processBarrier();
 

@@ -57,7 +57,7 @@ int64_t spinBudgetUs(int localRanks) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
   // With more runnable ranks than cores, a spinning waiter holds the core its peer needs,
-  // so it yields at once (Backoff still polls 16 times first). Measured on 2 cores: a
+  // so it yields at once (Backoff still polls 16 times first). On 2 cores, a
   // 125 us spin made np=4 small AllReduces 10x slower than a 2.5 us one, and no spin at
   // all beat 2.5 us by 1.5-2x at np=4 (8 B-4 KiB, medians of 3: 19-27 vs 32-39 us) and
   // by 5-20% at np=8.

@@ -1,6 +1,6 @@
 // Waiting without burning the machine: spin briefly, then yield, then sleep on a futex.
 //
-// These VMs charge ~10 us for a futex wake-up and ~1 us per system call, so a wait spins
+// A virtual machine charges ~10 us for a futex wake-up and ~1 us per system call: a wait spins
 // first (cheap when the peer runs on another core), yields when cores are oversubscribed
 // (8 ranks on 2 cores must still finish quickly), and only then sleeps. Every sleep has a
 // bounded timeout so the caller can check its deadline, the abort flag and peer liveness.

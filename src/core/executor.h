@@ -79,7 +79,7 @@ class CommRunner {
   Status sleepOnBlocked();
   // SNCCL_TIMEOUT counts from the first time the current op goes to sleep, not from its
   // start: a clock read per op showed in 8 B profiles (tens of ns of a 0.2-0.5 us op on
-  // these VMs), and an op that keeps moving is not waiting. Idempotent within an op.
+  // a virtual machine), and an op that keeps moving is not waiting. Idempotent within an op.
   void startTimeoutClock(int64_t now) {
     if (opStartNs_ == 0) opStartNs_ = now;
   }

@@ -134,8 +134,8 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   const bool scalar = op.op.hasScalar;
   // The partial fold goes through a buffer small enough to stay in the L1 cache between
   // its passes, so that each pass's loads of the inputs stay close to the streaming stores
-  // of the last (the previous reduce-then-stream-copy fold of 32 MiB to two outputs took
-  // 4.0-4.4 ms on one core of this VM with 64 KiB pieces, 3.1-3.8 with 1-4 KiB ones). At 2
+  // of the last (a reduce-then-stream-copy fold of 32 MiB to two outputs takes
+  // 4.0-4.4 ms on one core with 64 KiB pieces, 3.1-3.8 with 1-4 KiB ones). At 2
   // ranks without a scalar there is no partial fold: the whole block is one pass.
   // Outputs that are not 16-byte aligned get plain stores (reduceStream).
   const bool partialFold = n > 2 || scalar;

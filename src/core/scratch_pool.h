@@ -1,6 +1,6 @@
 // Scratch memory of operations (staged sends of in-place p2p groups, kScratch buffers of
 // schedules), reused across operations of one communicator. A fresh page costs ~13 us to
-// fault in on these VMs, so a 32 MiB temporary allocated per call would cost 100 ms;
+// fault in on a virtual machine, so a 32 MiB temporary allocated per call would cost 100 ms;
 // blocks here are mapped prefaulted once and then handed out again.
 //
 // Invariants: a block is owned by at most one Lease at a time; the pool outlives every

@@ -3,7 +3,7 @@
 //
 // When a node runs more ranks than CPUs, the scheduler keeps moving them, and two ranks
 // that must talk to each other next often share a CPU: one can only go on after the other
-// has run and then been switched out. Measured on 2 CPUs, 4 processes, 8 B AllReduce by
+// has run and then been switched out. On 2 CPUs, 4 processes, 8 B AllReduce by
 // recursive doubling: unpinned calls took ~14 or ~28 us, switching within one run; with
 // every exchange partner on the other CPU, 17-18 us in every run. With the flat AllReduce
 // (one exchange with every rank, the small-message pick there now) pinning mostly makes

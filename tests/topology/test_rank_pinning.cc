@@ -20,7 +20,7 @@ TEST(RankPinning, OnlyWhenRanksOutnumberCpus) {
 }
 
 TEST(RankPinning, TwoCpusByParityOfSetBits) {
-  // The placement measured on 2 CPUs: ranks 0 3 5 6 on one, 1 2 4 7 on the other.
+  // The placement on 2 CPUs: ranks 0 3 5 6 on one, 1 2 4 7 on the other.
   const std::vector<int> cpus = {2, 7};  // any CPU ids: the result is one of them
   const int expected[] = {2, 7, 7, 2, 7, 2, 2, 7};
   for (int r = 0; r < 8; ++r) EXPECT_EQ(pinnedCpuFor(r, 8, cpus), expected[r]) << "rank " << r;

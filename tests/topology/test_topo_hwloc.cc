@@ -1,4 +1,4 @@
-// Every hwloc XML export in tests/topology/data/hwloc (a copy of ../shared/topologies), read through the hwloc library:
+// Every hwloc XML export in tests/topology/data/hwloc (sources in data/sources.md), read through the hwloc library:
 // device counts, PCIe path classes, NVLink from the NVLinkBandwidth matrix, NIC pairing,
 // NUMA affinity, rings, and the NCCL XML round trip.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Every NCCL topology XML file in tests/topology/data/nccl (a copy of ../shared/topologies): device counts, path classes,
+// Every NCCL topology XML file in tests/topology/data/nccl (sources in data/sources.md): device counts, path classes,
 // NVLink bandwidths, GPU-NIC pairing, rings, and the read-write-read round trip.
 #include <gtest/gtest.h>
 

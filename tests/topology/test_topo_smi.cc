@@ -1,4 +1,4 @@
-// `nvidia-smi topo -m` matrices in tests/topology/data/nvidia-smi (a copy of ../shared/topologies): the synthesized System
+// `nvidia-smi topo -m` matrices in tests/topology/data/nvidia-smi (sources in data/sources.md): the synthesized System
 // reproduces every cell of the table, pairs GPUs with their PIX NICs, and malformed tables
 // are rejected with file:line errors.
 #include <gtest/gtest.h>

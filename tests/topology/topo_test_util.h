@@ -38,7 +38,7 @@ inline std::vector<std::string> topoFiles(const std::string& kind) {
 #define SNCCL_REQUIRE_TOPO(path)                                                          \
   if (!std::filesystem::exists(path))                                                    \
   GTEST_SKIP() << "shared topology data missing: " << (path)                             \
-               << " (expected in tests/topology/data, a copy of ../shared/topologies)"
+               << " (expected in tests/topology/data, sources in data/sources.md)"
 
 inline System mustLoad(const std::string& path) {
   Result<System> r = loadTopologyFile(path);

@@ -205,7 +205,7 @@ inline void storeLine(void* const* outs, int nout, size_t off, const unsigned ch
 // reduceLoop's results written to every output at once, a line at a time: loads of the
 // next line overlap the streaming stores of this one, which a reduce into a cached buffer
 // followed by a streaming copy of it does not (a 32 MiB fold to two outputs took 4.0 ms
-// that way, 2.6-2.8 ms fused, one core of this VM). Each line of a and b is read before
+// that way, 2.6-2.8 ms fused, on one core). Each line of a and b is read before
 // any output line at the same place is written, so an output may be a or b exactly.
 template <class Tr, template <class> class Op, bool kFinalize>
 void reduceStreamLoop(void* const* outs, int nout, size_t outOffset, const void* a, const void* b, size_t n,

@@ -22,8 +22,8 @@ const char* linkClassName(LinkClass c) {
   return "?";
 }
 
-// Host constants, from measurements on the 2-CPU build VMs of this project:
-//  * shm: docs/performance.md (2026-11-30, np=2 processes): a one-hop AllReduce of 8 B to
+// Host constants, fitted to measurements on a 2-CPU virtual machine:
+//  * shm (np=2 processes): a one-hop AllReduce of 8 B to
 //    1 KiB takes 1.1-2.3 us, so ~2 us per dependent step; 128 KiB-4 MiB run at 10-12.8
 //    GB/s bus bandwidth (in cache), 7 GB/s from 16 MiB on: 10 GB/s per step.
 //  * local (threads of one process): the same copies without the shared segment's
@@ -31,13 +31,13 @@ const char* linkClassName(LinkClass c) {
 //  * net (TCP sockets over loopback / veth between network namespaces): the waiting rank
 //    drives its sockets itself, so a small message costs a write and a read on each side
 //    plus the kernel's TCP path: 8 B AllReduce over veth 17-24 us, one hop over loopback
-//    ~20 us (perf/calibrate, 2026-11-30 14:49, `direct` at 2 ranks on 2 nodes). With reno
+//    ~20 us (perf/calibrate, `direct` at 2 ranks on 2 nodes). With reno
 //    (SNCCL_SOCKET_CC) and 512 KiB slots (SNCCL_NET_BUFFSIZE) every algorithm moves 1-64
-//    MiB at 2.7-3.3 GB/s bus bandwidth between two namespaces (2026-12-01, medians of 3
+//    MiB at 2.7-3.3 GB/s bus bandwidth between two namespaces (medians of 3
 //    rounds per algorithm: 1 MiB 317-387 us, 64 MiB 21-24 ms); with bbr and 128 KiB slots
 //    it was 1.5-2 GB/s: 18 us, 3.2 GB/s.
 //    perf/calibrate compares these with measurements (docs/algorithms.md).
-//  * switchUs: 4 and 8 processes on 2 CPUs (docs/performance.md, 2026-11-30): a small
+//  * switchUs: 4 and 8 processes on 2 CPUs: a small
 //    AllReduce by recursive doubling takes ~10 us per round at 2 ranks per CPU and ~25 us
 //    at 4: about 5 us per rank per CPU and hop.
 ModelParams hostDefaults() {
@@ -47,7 +47,7 @@ ModelParams hostDefaults() {
   p.of(LinkClass::kLocal) = {1.0, 12.0};
   p.of(LinkClass::kShm) = {2.0, 10.0};
   // Two channels over TCP measured 5-20% above one at 1-64 MiB in 6 of 7 interleaved
-  // rounds (2 ranks on 2 namespaces, 2026-11-30 17:15 UTC): the kernel moves one channel's
+  // rounds (2 ranks on 2 namespaces): the kernel moves one channel's
   // bytes while the rank serves the other. Four were no better than two.
   p.of(LinkClass::kNet) = {18.0, 3.2, 0.0, 2};
   p.name = "host";
@@ -244,8 +244,8 @@ double directAllReduce(const Ctx& x) {
   const Chunks k = chunksOf(double(x.bytes) / n, x.chunk);
   // Two exchanges, each costing what the flat AllReduce's one does on an oversubscribed
   // node (every rank scheduled to send, then to receive): measured 16-22 us at 4 processes
-  // on 2 CPUs and 53-87 us at 8 (2026-11-30 21:05 UTC, 8 B to 2 KiB), against the 2(n-1)
-  // latencies (one per sender) this used to charge, 308 us at 8.
+  // on 2 CPUs and 53-87 us at 8 (8 B to 2 KiB), against the 2(n-1)
+  // latencies (one per sender) a per-sender model charges, 308 us at 8.
   const double hops = 2.0 * exchangeLatencies(x.sh);
   return k.count * (hops * l.latUs + 4.0 * (n - 1) * step(l, k.bytes));
 }
@@ -276,7 +276,7 @@ double rdAllReduce(const Ctx& x) {
 // Flat AllReduce (direct/allreduce_flat.cc; one node): per chunk every rank sends it to
 // the n-1 others and folds the n-1 it receives: one latency and 2(n-1) steps. On a node
 // with more ranks than CPUs the one exchange still needs every rank scheduled twice (to
-// send, then to fold): measured 4 and 8 processes on 2 CPUs (2026-11-30 21:05 UTC, 8 B
+// send, then to fold): measured 4 and 8 processes on 2 CPUs (8 B
 // to 2 KiB, medians of 3), 11-13 us and 40-50 us, one latency at 2 ranks per CPU and
 // two at 4; recursive doubling took 19-20 and 71-85 us there (its log2(n) latencies).
 double flatAllReduce(const Ctx& x) {

@@ -39,7 +39,7 @@ struct LinkParams {
   double chanBwGBps = 0;
   // How many channels make progress side by side on this link. 1 where the rank's one
   // executor thread copies every byte itself (local, shm): its channels take turns, so
-  // more only cost (measured on shm: 1, 2 and 4 channels give the same busbw within
+  // more only cost (on shm, 1, 2 and 4 channels give the same busbw within
   // noise). Above 1 where bytes move off that thread (the kernel's TCP stack, a NIC, a
   // GPU's thread blocks): one channel's message latency is hidden behind another's.
   int overlapChannels = 1;

@@ -211,7 +211,7 @@ void Proxy::run() {
       }
       continue;
     }
-    // No spinning before sleeping: measured on 2 oversubscribed cores, even 20 yields per
+    // No spinning before sleeping: on 2 oversubscribed cores, even 20 yields per
     // idle pass cost more (stolen time slices) than the wake-ups they save.
     if (!moved) sleepIdle(&live, bell, &fds);
   }

@@ -62,7 +62,7 @@ class ProxyEntry {
   // Whether the entry has work nobody else will do if the proxy does not watch it: bytes
   // to write, sends to complete, credits to post, setup to finish. The claimant asks
   // (holding driveMutex) when it gives the claim up between operations: an entry that
-  // owes nothing needs no proxy wake-up, which on these VMs costs more than a small
+  // owes nothing needs no proxy wake-up, which can cost more than a small
   // operation. A receive that has its credits posted owes nothing: the data waits in the
   // socket for the next operation's claimant or the proxy's next pass. Credits the socket
   // net holds back are not owed either: the sender has more than those, and a proxy that
