@@ -1,4 +1,4 @@
-// nccl-tests 2.19.6 output (see sn_perf_report.h and nccl-compat.md §12).
+// nccl-tests 2.19.6 output (see sn_perf_report.h).
 #include "sn_perf_report.h"
 
 #include <cmath>
@@ -86,7 +86,7 @@ std::string fitNumber(double v, int width) {
 }
 
 // The time column keeps about five significant digits: %.2f below 100 us, %.1f below
-// 10 ms, %.0f above (the §12 sample prints 1377.7 where a plain fit to 7 characters would
+// 10 ms, %.0f above (nccl-tests prints 1377.7 where a plain fit to 7 characters would
 // print 1377.70); past 7 characters it falls back to the exponent form.
 std::string formatTime(double us) {
   char buf[64];
@@ -101,7 +101,7 @@ std::string formatDevice(const DevRec& d) {
 
 // The column headers align with the row format below: size %12, count %12, type %8,
 // redop %6, root %6, then per half time %7, algbw %6, busbw %6, #wrong %5 (the sample
-// table of nccl-compat.md §12 puts #wrong's last digit 7 columns after busbw).
+// table of nccl-tests 2.19.6 puts #wrong's last digit 7 columns after busbw).
 std::vector<std::string> tableHeader(bool cpuTime) {
   const char* t = cpuTime ? "cputime" : "time";
   return {

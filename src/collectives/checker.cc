@@ -41,7 +41,7 @@ void ncclSizes(const CollArgs& a, int r, size_t* in, size_t* out) {
   }
 }
 
-// nccl-compat §4: ReduceScatter recv == send + rank*count; AllGather send == recv +
+// NCCL's in-place rule: ReduceScatter recv == send + rank*count; AllGather send == recv +
 // rank*count; Gather (root) send == recv + root*count; Scatter (root) recv == send +
 // root*count; the others send == recv.
 Alias inPlaceAlias(const CollArgs& a, int r, size_t inElems, size_t outElems) {

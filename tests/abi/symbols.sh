@@ -1,6 +1,6 @@
 #!/bin/sh
-# Dynamic-symbol and packaging checks of the built shared libraries (see
-# /work/shared/reference/nccl-compat.md §1):
+# Dynamic-symbol and packaging checks of the built shared libraries (as NCCL 2.28.9
+# packages libnccl.so):
 #   - libnccl.so -> libnccl.so.2 -> libnccl.so.2.28.9 in the drop-in directory, SONAME libnccl.so.2
 #   - libsnccl.so.0 has SONAME libsnccl.so.0
 #   - every defined dynamic symbol is nccl*, pnccl*, sncl* or snccl*, unversioned

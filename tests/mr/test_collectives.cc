@@ -1,6 +1,6 @@
 // Multi-rank correctness of every collective: 12 datatypes, every reduction operator
 // (PreMulSum with both scalar residences), 1..8 ranks, counts 0..1M+3, in-place (the
-// offsets of nccl-compat §4) and out-of-place, ranks as threads and as processes,
+// offsets NCCL defines) and out-of-place, ranks as threads and as processes,
 // launched blocking, on host streams (all ranks or only some) and grouped.
 //
 // Results are exact (float averages within 2 ulp). Every byte the library may not write

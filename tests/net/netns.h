@@ -1,7 +1,7 @@
 // Emulated nodes for the net tests: one network namespace per node, joined by veth pairs
 // to a bridge that lives in a namespace of its own (the "switch").
 //
-// Rules (testing-without-hardware.md §3): only namespaces this test creates, addresses
+// Rules: only namespaces this test creates, addresses
 // only 10.77.x inside them, nothing in the root namespace is touched, and everything is
 // removed on every exit path: the destructor, the watchdog (cleanup() is safe to call
 // from it), and at the next run for namespaces whose creating process died.

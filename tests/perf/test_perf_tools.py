@@ -36,7 +36,7 @@ BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / 
        "scatter": lambda n: (n - 1) / n, "sendrecv": lambda n: 1, "hypercube": lambda n: 1}
 TYPE_SIZE = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2,
              "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
-# nccl-compat.md §12's sample header, verbatim.
+# nccl-tests 2.19.6's table header, verbatim.
 TABLE_HEADER = [
     "#                                                              out-of-place                       in-place",
     "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",

@@ -300,7 +300,7 @@ TEST(PerfArgs, RefusesWhatHostMemoryCannotDo) {
 // ---- Output format -----------------------------------------------------------------------
 
 TEST(PerfReport, ReproducesTheReferenceTableByteForByte) {
-  // nccl-compat.md §12's sample, verbatim.
+  // A table printed by nccl-tests 2.19.6, verbatim.
   const std::vector<std::string> ref = {
       "#                                                              out-of-place                       in-place",
       "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
