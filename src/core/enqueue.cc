@@ -110,6 +110,8 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
   return spec;
 }
 
+// The schedule of `pick` from the communicator's cache (or generated into it); the caller
+// holds comm->cacheMutex.
 Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, const tuning::Decision& pick,
                                                                 const CollArgs& args, size_t elemSize) {
   // The selector's chunk size, never above the caller's (one slot), becomes the
@@ -119,7 +121,6 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
   CollArgs a = args;
   a.chunkElems = std::max<size_t>(1, std::min(args.chunkElems, pick.chunkBytes / elemSize));
   a.channels = pick.channels;
-  std::lock_guard<std::mutex> lock(comm->cacheMutex);
   for (const ScheduleCacheEntry& e : comm->scheduleCache)
     if (e.alg == alg && e.args.coll == a.coll && e.args.count == a.count && e.args.root == a.root &&
         e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace && e.args.channels == a.channels)
@@ -145,9 +146,11 @@ Status chooseSchedules(ncclComm* comm, const CollArgs& args, size_t elemSize, Ex
   const size_t bytes = args.count * elemSize;
   tuning::Decision pick = tuning::selectAndLog(comm->tuner, args.coll, bytes, &comm->tuneLog);
   e->mapped = pick.algo != nullptr && pick.algo->readsPeers;
+  const tuning::Decision single = pick;
+  if (e->mapped) pick = tuning::selectWithoutPeerReads(comm->tuner, args.coll, bytes);
+  std::lock_guard<std::mutex> lock(comm->cacheMutex);
   if (e->mapped) {
-    SNCCL_ASSIGN_OR_RETURN(e->mappedPrep, cachedSchedule(comm, pick, args, elemSize));
-    pick = tuning::selectWithoutPeerReads(comm->tuner, args.coll, bytes);
+    SNCCL_ASSIGN_OR_RETURN(e->mappedPrep, cachedSchedule(comm, single, args, elemSize));
   } else {
     e->mappedPrep.reset();
   }

@@ -163,8 +163,13 @@ AlgoBest bestFor(const Tuner& t, std::string_view name, CollKind coll, size_t by
   int channels[6];
   const int nchunks = chunkCandidates(t.slotBytes, chunks);
   int nchannels = channelCandidates(t, coll, channels);
-  for (const AlgorithmDef& a : algorithms())
-    if (a.readsPeers && a.coll == coll && name == a.name) channels[0] = 1, nchannels = 1;  // one PeerFold: never split
+  // The algorithm that reads peers' buffers is one PeerFold per rank: never split.
+  static const AlgorithmDef* const peerReads = [] {
+    for (const AlgorithmDef& a : algorithms())
+      if (a.readsPeers) return &a;
+    return static_cast<const AlgorithmDef*>(nullptr);
+  }();
+  if (peerReads != nullptr && coll == peerReads->coll && name == peerReads->name) channels[0] = 1, nchannels = 1;
   AlgoBest b{-1, t.slotBytes, channels[0]};
   // Strict <: ties go to the larger chunk and the fewer channels.
   for (int c = 0; c < nchunks; ++c) {
