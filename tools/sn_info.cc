@@ -114,21 +114,23 @@ int printModel(int nranks, int nnodes, bool threads) {
     return 2;
   }
   const size_t slot = geometry.value().slotBytes;
-  const tuning::Tuner t =
-      tuning::makeTuner(tuning::evenShape(nranks, nnodes, threads ? tuning::LinkClass::kLocal : tuning::LinkClass::kShm),
-                        slot, tuning::hostDefaults(), tuning::processOverrides());
+  tuning::CommShape shape =
+      tuning::evenShape(nranks, nnodes, threads ? tuning::LinkClass::kLocal : tuning::LinkClass::kShm);
+  // One node: its ranks map each other's buffers (threads, or processes with buffers from
+  // ncclMemAlloc), so the single copy is offered from SNCCL_SINGLE_COPY_BYTES on.
+  if (nnodes == 1) shape.singleCopyBytes = size_t(std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes)));
+  const tuning::Tuner t = tuning::makeTuner(shape, slot, tuning::hostDefaults(), tuning::processOverrides());
   std::printf("# Cost model (predicted us per algorithm; SNCCL_ALGO applied)\n%s\n", tuning::describeTuner(t).c_str());
-  // The single-copy AllReduce is decided per call by the buffers, not by the cost model:
-  // say under the AllReduce table when it replaces the picks.
+  // The single copy's column and picks assume mappable buffers: say where that holds.
   const int64_t single = params::getInt(params::Id::SingleCopyBytes);
   for (CollKind c : tuning::tunedCollectives()) {
     for (const std::string& line : tuning::decisionTable(t, c)) std::printf("%s\n", line.c_str());
     if (c != CollKind::kAllReduce || nnodes != 1 || nranks < 2) continue;
     if (single > 0)
-      std::printf("# AllReduce from %lld bytes (SNCCL_SINGLE_COPY_BYTES)%s: single copy instead of the "
-                  "pick above (ranks read each other's buffers; not modelled; NCCL_DEBUG=INFO says when a "
-                  "communicator takes it)\n",
-                  (long long)single, threads ? "" : ", when every rank's buffers come from ncclMemAlloc");
+      std::printf("# AllReduce \"single\" (from %lld bytes, SNCCL_SINGLE_COPY_BYTES)%s; a call whose buffers "
+                  "some rank cannot map runs the best other algorithm (NCCL_DEBUG=INFO says when a "
+                  "communicator switches)\n",
+                  (long long)single, threads ? "" : ": when every rank's buffers come from ncclMemAlloc");
     else
       std::printf("# AllReduce single copy: off (SNCCL_SINGLE_COPY_BYTES=0)\n");
   }

@@ -14,11 +14,15 @@ using GenerateFn = Status (*)(const CollArgs& args, const ChannelPlan& plan, Sch
 
 struct AlgorithmDef {
   const char* name;    // e.g. "ring"
-  const char* family;  // "ring", "tree", "hierarchical", "direct", "rd", "p2p"
+  const char* family;  // "ring", "tree", "hierarchical", "direct", "rd", "mapped", "p2p"
   CollKind coll;
   const char* help;    // one line for sn_info
   GenerateFn generate;
   int maxRanks = 0;    // largest communicator it supports (0: any size)
+  // Its schedule reads and writes peers' buffers directly (Prim::kPeerFold): only for
+  // communicators whose ranks can map each other's buffers (tuning::CommShape::
+  // singleCopyBytes), and the executor needs an ordinary schedule to fall back to.
+  bool readsPeers = false;
 };
 
 std::span<const AlgorithmDef> algorithms();

@@ -58,7 +58,9 @@ Status remapRef(const Schedule& part, BufRef* ref, size_t steps, size_t lo, size
 }  // namespace
 
 Status generateSchedule(const AlgorithmDef& algo, const CollArgs& args, const ChannelPlan& plan, Schedule* out) {
-  const int parts = effectiveChannels(args);
+  // One PeerFold per rank and call (schedule.h): an algorithm reading peers' buffers uses
+  // no connection and is never split.
+  const int parts = algo.readsPeers ? 1 : effectiveChannels(args);
   CollArgs a = args;
   a.channels = 1;
   if (parts == 1) return algo.generate(a, plan, out);

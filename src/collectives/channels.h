@@ -34,7 +34,8 @@ int effectiveChannels(const CollArgs& args);
 // allows it.
 size_t channelPartBegin(size_t count, int parts, int c);
 
-// This rank's schedule for `args`: `algo`'s own when effectiveChannels(args) == 1,
+// This rank's schedule for `args`: `algo`'s own when effectiveChannels(args) == 1 or
+// algo.readsPeers (one PeerFold per rank, no connection to split),
 // otherwise the parts' schedules (generated with channels = 1 and the part's count) merged
 // into one: their steps on channel c, their offsets moved to the part's place in the
 // call's buffers, their scratch buffers laid end to end, their lanes side by side.

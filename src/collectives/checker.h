@@ -19,6 +19,10 @@
 //    Input and Output share storage with NCCL's offset), an input contribution entering
 //    a sum twice, a value finalized twice, reduced after finalization, finalized while
 //    partial, or a reduction output that is never finalized.
+//  * PeerFold steps (schedule.h): a rank that never reaches the barrier every rank's fold
+//    waits in (deadlock), a fold in a schedule of several lanes, two folds of one barrier
+//    where one writes an element the other reads or writes (in-place aliasing modelled),
+//    a range outside some rank's buffer.
 // Cost: O(total steps + total elements); 1024 ranks with small counts run in about a second.
 #pragma once
 

@@ -177,9 +177,13 @@ Status Sim::addStep(int r, uint32_t laneId, const Schedule& s, size_t lane, size
   CStep c{0, 0, static_cast<uint32_t>(st.count), kNoFifo, kNoFifo, 0, 0, static_cast<uint8_t>(st.prim),
           static_cast<uint8_t>(st.final ? kFlagFinal : 0)};
   const bool conn = sched::primReceives(st.prim) || sched::primSends(st.prim);
-  if (static_cast<uint8_t>(st.prim) > static_cast<uint8_t>(Prim::kLocalReduce)) {
+  if (static_cast<uint8_t>(st.prim) > static_cast<uint8_t>(Prim::kPeerFold)) {
     bad = InternalError("unknown prim %u", static_cast<unsigned>(st.prim));
-  } else if (st.count == 0) {
+  } else if (st.prim == Prim::kPeerFold && s.lanes.size() != 1) {
+    bad = InternalError("PeerFold in a schedule of %zu lanes (its barriers order only its own lane)", s.lanes.size());
+  } else if (st.prim == Prim::kPeerFold && s.coll == CollKind::kSendRecv) {
+    bad = InternalError("PeerFold in a send/recv schedule");
+  } else if (st.count == 0 && st.prim != Prim::kPeerFold) {
     bad = InternalError("zero-count step (generators must skip empty chunks on every rank alike)");
   } else if (conn && st.count > chunk_) {
     bad = InternalError("message of %zu elements exceeds chunkElems %zu", st.count, chunk_);
@@ -264,6 +268,12 @@ Status Sim::advance(uint32_t laneId) {
   const std::vector<CStep>& steps = ranks_[l.rank].steps;
   while (l.next < l.end) {
     const CStep& s = steps[l.next];
+    if (static_cast<Prim>(s.prim) == Prim::kPeerFold) {
+      bool passed = false;
+      SNCCL_TRY(arriveAtFold(laneId, &passed));
+      if (!passed) return OkStatus();
+      continue;  // the barrier ran this lane's step
+    }
     if (s.recvFifo != kNoFifo && fifos_[s.recvFifo].queued == 0) {
       fifos_[s.recvFifo].receiverWaiting = true;
       return OkStatus();
@@ -278,6 +288,121 @@ Status Sim::advance(uint32_t laneId) {
   }
   l.done = true;
   ++finished_;
+  return OkStatus();
+}
+
+// PeerFold: the executor runs every rank's fold between two barriers (every rank is in
+// the call before any reads a peer; none returns before every fold is written), so the
+// folds of one barrier run side by side: here they run when the last rank arrives, each
+// reading every operand before any writes, after checking that no element one rank's fold
+// writes is read or written by another rank's fold of the same barrier.
+Status Sim::arriveAtFold(uint32_t laneId, bool* passed) {
+  LaneRun& l = lanes_[laneId];
+  *passed = false;
+  if (l.atFold) return OkStatus();
+  if (foldRankLane_.empty()) foldRankLane_.assign(static_cast<size_t>(n_), -1);
+  if (foldRankLane_[l.rank] >= 0) return stepError(laneId, "a second PeerFold of this rank in one barrier");
+  l.atFold = true;
+  foldRankLane_[l.rank] = static_cast<int32_t>(laneId);
+  foldLanes_.push_back(laneId);
+  if (foldLanes_.size() < static_cast<size_t>(n_)) return OkStatus();
+  SNCCL_TRY(runFolds());
+  *passed = true;
+  return OkStatus();
+}
+
+Status Sim::runFolds() {
+  // Who writes what: (rank, position) -> the rank whose fold writes it.
+  std::unordered_map<uint64_t, uint32_t> writer;
+  auto key = [](uint32_t rank, size_t pos) { return (static_cast<uint64_t>(rank) << 32) | pos; };
+  struct Ref {
+    size_t src, dst;  // element offsets in the step's buffers
+  };
+  std::vector<Ref> refs(foldLanes_.size());
+  for (size_t k = 0; k < foldLanes_.size(); ++k) {
+    const uint32_t id = foldLanes_[k];
+    const LaneRun& l = lanes_[id];
+    const RankMem& m = ranks_[l.rank];
+    const CStep& s = m.steps[l.next];
+    refs[k] = {s.srcPos - m.base[s.srcBuf], s.dstPos - m.base[s.dstBuf]};
+    for (uint32_t q = 0; q < static_cast<uint32_t>(n_); ++q) {
+      const RankMem& p = ranks_[q];
+      for (const auto& [buf, off] : {std::pair{s.srcBuf, refs[k].src}, std::pair{s.dstBuf, refs[k].dst}}) {
+        if (buf >= p.bufs.size() || off + s.count > p.bufs[buf].elems)
+          return stepError(id, format("rank %u has no %s [%zu..%zu)", q,
+                                      buf < p.bufs.size() ? bufLabel(static_cast<int>(q), buf, off).c_str() : "buffer",
+                                      off, off + s.count));
+        if (buf == s.dstBuf && p.bufs[buf].role == BufRole::kInput)
+          return stepError(id, format("writes rank %u's Input buffer", q));
+      }
+      for (uint32_t i = 0; i < s.count; ++i) {
+        auto [it, fresh] = writer.try_emplace(key(q, p.base[s.dstBuf] + refs[k].dst + i), l.rank);
+        if (!fresh && it->second != l.rank)
+          return stepError(id, format("writes %s of rank %u, which rank %u's PeerFold of the same barrier writes too",
+                                      bufLabel(static_cast<int>(q), s.dstBuf, refs[k].dst + i).c_str(), q,
+                                      it->second));
+      }
+    }
+  }
+  // Every operand read before anything is written.
+  std::vector<std::vector<Sym>> folded(foldLanes_.size());
+  for (size_t k = 0; k < foldLanes_.size(); ++k) {
+    const uint32_t id = foldLanes_[k];
+    const LaneRun& l = lanes_[id];
+    const RankMem& m = ranks_[l.rank];
+    const CStep& s = m.steps[l.next];
+    folded[k].assign(s.count, Sym{});
+    for (uint32_t q = 0; q < static_cast<uint32_t>(n_); ++q) {
+      const RankMem& p = ranks_[q];
+      const bool scale = p.reduces && p.bufs[s.srcBuf].role == BufRole::kInput;
+      for (uint32_t i = 0; i < s.count; ++i) {
+        const size_t pos = p.base[s.srcBuf] + refs[k].src + i;
+        auto it = writer.find(key(q, pos));
+        if (it != writer.end() && it->second != l.rank)
+          return stepError(id, format("reads %s of rank %u, which rank %u's PeerFold of the same barrier writes",
+                                      bufLabel(static_cast<int>(q), s.srcBuf, refs[k].src + i).c_str(), q,
+                                      it->second));
+        Sym v = p.vals[pos];
+        if (scale) v.bits += v.n;
+        if (q == 0) {
+          folded[k][i] = v;
+          continue;
+        }
+        Status st = combineInto(&folded[k][i], v);
+        if (!st.ok())
+          return stepError(id, format("%s of rank %u: %s", bufLabel(static_cast<int>(q), s.srcBuf, refs[k].src + i).c_str(),
+                                      q, st.message().c_str()));
+      }
+    }
+    if (s.flags & kFlagFinal) {
+      for (uint32_t i = 0; i < s.count; ++i) {
+        Status st = finalize(&folded[k][i]);
+        if (!st.ok()) return stepError(id, format("element %u: %s", i, st.message().c_str()));
+      }
+    }
+  }
+  for (size_t k = 0; k < foldLanes_.size(); ++k) {
+    const uint32_t id = foldLanes_[k];
+    LaneRun& l = lanes_[id];
+    const CStep& s = ranks_[l.rank].steps[l.next];
+    for (uint32_t q = 0; q < static_cast<uint32_t>(n_); ++q) {
+      RankMem& p = ranks_[q];
+      std::copy(folded[k].begin(), folded[k].end(),
+                p.vals.begin() + static_cast<ptrdiff_t>(p.base[s.dstBuf] + refs[k].dst));
+    }
+  }
+  // The barrier is passed: every lane moves past its step; the others run again.
+  const std::vector<uint32_t> members = std::move(foldLanes_);
+  foldLanes_.clear();
+  for (uint32_t id : members) {
+    LaneRun& l = lanes_[id];
+    l.atFold = false;
+    foldRankLane_[l.rank] = -1;
+    ++l.next;
+    ++stats_.steps;
+  }
+  // The last to arrive is the caller, which goes on by itself.
+  for (size_t k = 0; k + 1 < members.size(); ++k) wake(static_cast<int32_t>(members[k]));
   return OkStatus();
 }
 
@@ -453,7 +578,9 @@ Status Sim::deadlockError() const {
     if (stuck++ >= static_cast<size_t>(opts_.maxReported)) continue;
     const CStep& s = ranks_[l.rank].steps[l.next];
     std::string why;
-    if (s.recvFifo != kNoFifo && fifos_[s.recvFifo].queued == 0) {
+    if (l.atFold) {
+      why = format("waits in a PeerFold barrier that %zu of %d ranks reached", foldLanes_.size(), n_);
+    } else if (s.recvFifo != kNoFifo && fifos_[s.recvFifo].queued == 0) {
       const Fifo& f = fifos_[s.recvFifo];
       why = format("waits for message #%llu from rank %d, which has sent %llu",
                    static_cast<unsigned long long>(f.received + 1), f.from, static_cast<unsigned long long>(f.sent));

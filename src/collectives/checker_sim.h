@@ -75,6 +75,7 @@ class Sim {
     uint32_t rank, lane;
     size_t first, next, end;  // indices into the rank's steps
     bool queued = false, done = false;
+    bool atFold = false;  // waits in a PeerFold barrier for the other ranks
   };
   struct RankMem {
     std::vector<CStep> steps;  // all lanes' steps, lane by lane
@@ -92,6 +93,10 @@ class Sim {
   Status checkRef(int r, const Schedule& s, const Step& st, const BufRef& ref, bool isDst, uint32_t* pos) const;
   uint32_t fifoFor(int from, int to, int channel);
   Status advance(uint32_t laneId);
+  // A lane reached a PeerFold step: waits for one from every rank, then runs them all
+  // (*passed: this lane's step ran).
+  Status arriveAtFold(uint32_t laneId, bool* passed);
+  Status runFolds();
   Status execute(uint32_t laneId, const CStep& s);
   Status popMessage(uint32_t laneId, const CStep& s);
   Status readSrc(uint32_t laneId, const CStep& s, bool combine);
@@ -116,6 +121,8 @@ class Sim {
   std::unordered_map<uint64_t, uint32_t> fifoIndex_;  // beyond that, and other channels
   std::deque<uint32_t> ready_;
   std::vector<Sym> tmp_;  // values of the step being executed
+  std::vector<uint32_t> foldLanes_;  // lanes waiting in the current PeerFold barrier, by arrival
+  std::vector<int32_t> foldRankLane_;  // per rank: its lane in that barrier, or -1
   size_t finished_ = 0;
   CheckStats stats_;
 };

@@ -7,7 +7,7 @@
 
 namespace snccl {
 
-// Generators, one per file under ring/, tree/, hier/, direct/, rd/ and p2p/.
+// Generators, one per file under ring/, tree/, hier/, direct/, rd/, mapped/ and p2p/.
 Status ringAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringBroadcast(const CollArgs&, const ChannelPlan&, Schedule*);
 Status ringReduce(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -20,6 +20,7 @@ Status hierAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status directAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status rdAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status flatAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
+Status singleAllReduce(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pAlltoAll(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pGather(const CollArgs&, const ChannelPlan&, Schedule*);
 Status p2pScatter(const CollArgs&, const ChannelPlan&, Schedule*);
@@ -56,6 +57,11 @@ constexpr AlgorithmDef kAlgorithms[] = {
      "every rank sends its whole input to every other and folds the n inputs in rank order: one message "
      "latency for any n, n-1 copies sent per rank; tiny messages, nodes with more ranks than CPUs",
      flatAllReduce, 16},
+    {"single", "mapped", CollKind::kAllReduce,
+     "single copy: rank r folds block r of every rank's input and writes it into every output, reading and "
+     "writing peers' buffers directly (2N bytes touched per rank); ranks of one node that map each other's "
+     "buffers, at least SNCCL_SINGLE_COPY_BYTES",
+     singleAllReduce, 0, /*readsPeers=*/true},
     {"p2p", "p2p", CollKind::kAlltoAll, "direct send/recv with every peer, one lane per peer and direction",
      p2pAlltoAll},
     {"p2p", "p2p", CollKind::kGather, "every rank sends to the root, which receives on a lane per peer",

@@ -31,6 +31,7 @@ const char* primName(Prim p) {
     case Prim::kRecvCopySend: return "RecvCopySend";
     case Prim::kCopy: return "Copy";
     case Prim::kLocalReduce: return "LocalReduce";
+    case Prim::kPeerFold: return "PeerFold";
   }
   return "Unknown";
 }

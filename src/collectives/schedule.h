@@ -19,6 +19,8 @@
 //    it (there the executor applies the op's post-processing, e.g. Avg's divide).
 //  * In-place calls alias Input and Output as NCCL defines it; a generator must read an
 //    input element before any step overwrites the aliased output element.
+//  * A PeerFold step (the single copy) is a rank's only step: every rank of the call runs
+//    one, between two barriers, on ranges that do not overlap across ranks.
 #pragma once
 
 #include <cstddef>
@@ -57,12 +59,22 @@ enum class Prim : uint8_t {
   kRecvCopySend,        // connection(recvPeer) -> dst and -> connection(sendPeer)
   kCopy,                // src -> dst, local
   kLocalReduce,         // dst (+) src -> dst, local (two operands a rank holds itself)
+  // src of every rank, folded in rank order (x0 (+) x1 (+) ...), -> dst of every rank: the
+  // rank reads its peers' buffers and writes into theirs directly (mapped memory, no
+  // connection). The same range on every rank; every rank of the call runs exactly one
+  // such step, all of them between two barriers (every rank enters before any reads a
+  // peer, none returns before every fold is written: core/mapped_allreduce.cc), so the
+  // ranges folded by different ranks must not overlap. count may be 0: a rank with no
+  // range still takes part (its buffers are read and written by the others).
+  kPeerFold,
 };
 const char* primName(Prim p);
 
 // What each prim touches: the connection it reads, the one it writes, the local operand
 // it reads (src), the local buffer it stores to (dst), and whether it reads dst first.
-inline bool primReceives(Prim p) { return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce; }
+inline bool primReceives(Prim p) {
+  return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce && p != Prim::kPeerFold;
+}
 inline bool primSends(Prim p) {
   return p == Prim::kSend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
          p == Prim::kRecvCopySend;

@@ -113,7 +113,7 @@ Status finishInit(ncclComm* comm) {
         break;
       }
   comm->tuner = tuning::commTuner(comm->nranks, comm->plan.hosts, procs, cpus, comm->slotBytes, comm->rank == 0,
-                                  channels);
+                                  channels, comm->mappable ? comm->singleCopyBytes : 0);
   comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
   // Threads that must run on this host while a rank waits: the ranks, plus, when peers sit
   // on other nodes, the proxy and doorbell threads that move their bytes. A waiter that

@@ -110,17 +110,17 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
   return spec;
 }
 
-Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, const CollArgs& args,
-                                                                size_t elemSize) {
-  // The selector's pick (same on every rank: tuning/selector.h); its chunk size, never
-  // above the caller's (one slot), becomes the schedule's chunkElems.
-  const tuning::Decision pick = tuning::selectAndLog(comm->tuner, args.coll, args.count * elemSize, &comm->tuneLog);
+// The schedule of `pick` from the communicator's cache (or generated into it); the caller
+// holds comm->cacheMutex.
+Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, const tuning::Decision& pick,
+                                                                const CollArgs& args, size_t elemSize) {
+  // The selector's chunk size, never above the caller's (one slot), becomes the
+  // schedule's chunkElems.
   const AlgorithmDef* alg = pick.algo;
   if (alg == nullptr) return InternalError("no algorithm implements %s", collName(args.coll));
   CollArgs a = args;
   a.chunkElems = std::max<size_t>(1, std::min(args.chunkElems, pick.chunkBytes / elemSize));
   a.channels = pick.channels;
-  std::lock_guard<std::mutex> lock(comm->cacheMutex);
   for (const ScheduleCacheEntry& e : comm->scheduleCache)
     if (e.alg == alg && e.args.coll == a.coll && e.args.count == a.count && e.args.root == a.root &&
         e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace && e.args.channels == a.channels)
@@ -137,6 +137,25 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
     comm->cacheNext = (comm->cacheNext + 1) % kCacheSize;
   }
   return std::shared_ptr<const PreparedSchedule>(std::move(prep));
+}
+
+// The selector's pick (the same on every rank: tuning/selector.h) into e->prep; when it is
+// the single copy, its schedule into e->mappedPrep and the pick without it into e->prep,
+// the lanes every rank runs instead when some rank cannot map a peer's buffers.
+Status chooseSchedules(ncclComm* comm, const CollArgs& args, size_t elemSize, ExecOp* e) {
+  const size_t bytes = args.count * elemSize;
+  tuning::Decision pick = tuning::selectAndLog(comm->tuner, args.coll, bytes, &comm->tuneLog);
+  e->mapped = pick.algo != nullptr && pick.algo->readsPeers;
+  const tuning::Decision single = pick;
+  if (e->mapped) pick = tuning::selectWithoutPeerReads(comm->tuner, args.coll, bytes);
+  std::lock_guard<std::mutex> lock(comm->cacheMutex);
+  if (e->mapped) {
+    SNCCL_ASSIGN_OR_RETURN(e->mappedPrep, cachedSchedule(comm, single, args, elemSize));
+  } else {
+    e->mappedPrep.reset();
+  }
+  SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, pick, args, elemSize));
+  return OkStatus();
 }
 
 bool overlaps(const char* a, size_t na, const char* b, size_t nb) { return na && nb && a < b + nb && b < a + na; }
@@ -191,14 +210,11 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
               q.inPlace == args.inPlace && q.rank == args.rank && q.nranks == args.nranks;
   if (!same) {
     e->requestElemSize = 0;  // until the new schedule is in place
-    SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, args, e->elemSize));
+    SNCCL_TRY(chooseSchedules(comm, args, e->elemSize, e));
     e->request = args;
     e->requestElemSize = e->elemSize;
   }
   e->sched = &e->prep->sched;
-  // In place too: only rank r touches block r of any buffer (core/mapped_allreduce.cc).
-  e->mapped = p.coll == CollKind::kAllReduce && comm->mappable && comm->nranks > 1 &&
-              comm->singleCopyBytes > 0 && p.count * e->elemSize >= comm->singleCopyBytes;
   SNCCL_TRY(bindBuffers(p.comm, e, const_cast<void*>(p.sendbuff), p.recvbuff));
   return OkStatus();
 }

@@ -171,6 +171,8 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
     case Prim::kLocalReduce:
       kernels::reduce(dst, dst, src, st.count, op.dt, op.op, scale, st.final);
       break;
+    case Prim::kPeerFold:  // only in the single copy's schedule, which progressMapped runs
+      return InternalError("%s: a PeerFold step in a lane", op.describe().c_str());
   }
   if (sc != nullptr) sc->post(static_cast<uint32_t>(bytes), op.sig);
   if (rc != nullptr) rc->release();

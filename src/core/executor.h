@@ -43,9 +43,12 @@ struct ExecOp {
   size_t elemSize = 4;
   kernels::RedOpSpec op;
   uint64_t sig = 0;  // operation signature carried by every message (0: p2p, unchecked)
-  // An AllReduce that first tries the single-copy protocol (core/mapped_allreduce.cc);
-  // the same on every rank. Its lanes run only when some rank cannot map a peer's buffers.
+  // An AllReduce the selector gave the single copy ("single"): it first tries the
+  // single-copy protocol (core/mapped_allreduce.cc), the same on every rank, which folds
+  // the range of mappedPrep's one PeerFold step. The lanes of `prep` (the selector's
+  // choice without it) run only when some rank cannot map a peer's buffers.
   bool mapped = false;
+  std::shared_ptr<const PreparedSchedule> mappedPrep;  // set when mapped
   // The collective request `prep` was chosen for (before the selector set its chunk
   // size), so that an ExecOp reused for the same call again skips selection and the
   // schedule cache's lock. requestElemSize 0: none yet.

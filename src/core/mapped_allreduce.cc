@@ -1,5 +1,7 @@
 // Single-copy AllReduce between the ranks of one node: each rank reads its peers' buffers
-// directly instead of passing the data through the connection rings.
+// directly instead of passing the data through the connection rings. This runs the
+// "single" algorithm's schedule (mapped/allreduce_single.cc: one PeerFold step per rank)
+// when the selector picks it (ExecOp::mapped).
 //
 // Through the rings, every byte is copied into a slot by its sender and out of it by its
 // receiver: about 4.5N bytes touched per rank for N of data. Through mapped buffers a
@@ -13,11 +15,12 @@
 // or when they come from ncclMemAlloc, whose blocks are memory files another process can
 // map (core/mem_blocks.h, core/peer_buffers.h). Whether that holds is only known per call,
 // so the op runs a short protocol of small messages on channel 0 of every pair, in rounds
-// that every rank runs (ExecOp::mapped is the same on every rank):
+// that every rank runs (ExecOp::mapped is the selector's pick, the same on every rank):
 //
 //   1. describe: each rank sends every peer where its input and output are;
 //   2. verdict:  each rank sends whether it could map all of them. Any "no" and every
-//                rank runs the op's ordinary lanes instead (the same decision everywhere,
+//                rank runs the op's ordinary lanes instead (ExecOp::prep: the selector's
+//                choice without the single copy; the same decision everywhere,
 //                since every rank sees every verdict). Nobody touches a peer's buffers
 //                before every verdict is in, so every rank is inside this call by then;
 //   3. done:     after folding its block into every output. A rank returns (and its
@@ -57,12 +60,6 @@ constexpr int32_t kUnreadable = -2;
 struct Block {
   size_t begin, end;  // elements
 };
-// Rank r's block: equal shares of whole 16-element groups, the remainder in the last.
-Block blockOf(size_t count, int nranks, int r) {
-  size_t per = ((count + size_t(nranks) - 1) / size_t(nranks) + 15) / 16 * 16;
-  size_t b = std::min(count, per * size_t(r));
-  return {b, std::min(count, b + per)};
-}
 
 bool sameProcess(const ncclComm* comm, int peer) {
   return comm->peers[peer].processToken == comm->peers[comm->rank].processToken;
@@ -119,7 +116,17 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   const int n = comm_->nranks;
   const int me = comm_->rank;
   const size_t es = op.elemSize;
-  const Block blk = blockOf(op.count, n, me);
+  // This rank's block: the range of its schedule's one PeerFold step (the "single"
+  // algorithm, mapped/allreduce_single.cc), the same offsets in the input and the output.
+  const Schedule* fold = op.mappedPrep ? &op.mappedPrep->sched : nullptr;
+  if (fold == nullptr || fold->lanes.size() != 1 || fold->lanes[0].steps.size() != 1 ||
+      fold->lanes[0].steps[0].prim != Prim::kPeerFold)
+    return InternalError("single-copy AllReduce #%llu without one PeerFold step", (unsigned long long)op.seq);
+  const Step& st = fold->lanes[0].steps[0];
+  const Block blk{st.src.offset, st.src.offset + st.count};
+  if (st.dst.offset != st.src.offset || blk.end > op.count)
+    return InternalError("single-copy AllReduce #%llu: PeerFold of [%zu, %zu) -> %zu of %zu elements",
+                         (unsigned long long)op.seq, blk.begin, blk.end, st.dst.offset, op.count);
   // The last combine of the fold, x0 (+) ... (+) x(n-1), writes its result straight into
   // every rank's output with streaming stores (kernels::reduceStream), this rank's own
   // first. Within each line every operand is read before any output is written, so in

@@ -10,6 +10,7 @@
 #include "collectives/tuning/algo_spec.h"
 #include "collectives/tuning/cost_model.h"
 #include "collectives/tuning/selector.h"
+#include "common/params.h"
 
 namespace snccl::tuning {
 namespace {
@@ -407,6 +408,165 @@ TEST(Channels, ConfigRangeAndEnvironmentGiveOneRangePerRank) {
   EXPECT_EQ(t.over.minChannels, 3);
   EXPECT_EQ(t.over.maxChannels, 5);
   EXPECT_EQ(select(t, CollKind::kAllReduce, 1 << 20).channels, 3);
+}
+
+}  // namespace
+}  // namespace snccl::tuning
+
+namespace snccl::tuning {
+namespace {
+
+// A one-node tuner whose ranks map each other's buffers from `threshold` bytes on.
+Tuner mappedTuner(int nranks, size_t threshold, LinkClass intra = LinkClass::kLocal, const std::string& algo = "",
+                  double oversub = 1.0, size_t slot = 128 << 10) {
+  std::vector<std::string> w;
+  CommShape sh = evenShape(nranks, 1, intra);
+  sh.singleCopyBytes = threshold;
+  sh.oversub = oversub;
+  return makeTuner(sh, slot, hostDefaults(), parseOverrides(algo, "", &w));
+}
+
+TEST(SingleCopy, DefaultThresholdIsTheParametersDefault) {
+  EXPECT_EQ(std::to_string(kSingleCopyDefaultBytes), params::def(params::Id::SingleCopyBytes).defaultValue);
+}
+
+// 2N bytes touched per rank against the ring's ~4.5N at the measured 2 ranks, and three
+// rounds of small messages.
+TEST(SingleCopy, Formula) {
+  const ModelParams p = hostDefaults();
+  for (LinkClass c : {LinkClass::kLocal, LinkClass::kShm}) {
+    CommShape sh = evenShape(2, 1, c);
+    sh.singleCopyBytes = 1;
+    const LinkParams& l = p.of(c);
+    const size_t b = size_t(1) << 20;
+    EXPECT_NEAR(predictUs("single", CollKind::kAllReduce, sh, b, 128 << 10, p),
+                3 * l.latUs + 2.0 * double(b) / (4.5 * l.bwGBps * 1e3), 1e-9);
+    // Large: well under the ring, which moves ~B/bw at 2 ranks.
+    EXPECT_LT(predictUs("single", CollKind::kAllReduce, sh, 64 << 20, 128 << 10, p),
+              0.5 * predictUs("ring", CollKind::kAllReduce, sh, 64 << 20, 128 << 10, p));
+    // Small: the three rounds cost more than one exchange.
+    EXPECT_GT(predictUs("single", CollKind::kAllReduce, sh, 8, 128 << 10, p),
+              predictUs("flat", CollKind::kAllReduce, sh, 8, 128 << 10, p));
+    // Never split into channels.
+    EXPECT_LT(predictUs("single", CollKind::kAllReduce, sh, b, 128 << 10, p, 2), 0);
+  }
+}
+
+TEST(SingleCopy, OnlyWhereTheRanksMapEachOthersBuffersAndAtTheThreshold) {
+  const ModelParams p = hostDefaults();
+  CommShape sh = evenShape(4, 1, LinkClass::kShm);
+  EXPECT_FALSE(singleCopyApplies(sh, size_t(1) << 30));  // not mappable
+  EXPECT_LT(predictUs("single", CollKind::kAllReduce, sh, 1 << 20, 128 << 10, p), 0);
+  sh.singleCopyBytes = 1000;
+  EXPECT_TRUE(singleCopyApplies(sh, 1000));
+  EXPECT_FALSE(singleCopyApplies(sh, 999));
+  EXPECT_FALSE(singleCopyApplies(sh, 0));
+  CommShape two = evenShape(4, 2, LinkClass::kShm);
+  two.singleCopyBytes = 1000;
+  EXPECT_FALSE(singleCopyApplies(two, 1 << 20));  // across nodes
+  CommShape one = evenShape(1, 1, LinkClass::kShm);
+  one.singleCopyBytes = 1000;
+  EXPECT_FALSE(singleCopyApplies(one, 1 << 20));  // nobody to read
+  // Not mappable: never picked, even when forced (the forced set is empty: the model decides).
+  for (size_t bytes : tableSizes()) {
+    const Decision d = select(tuner(4, 1, LinkClass::kShm, "single"), CollKind::kAllReduce, bytes);
+    EXPECT_STRNE(d.algo->name, "single");
+    EXPECT_FALSE(d.forced);
+    EXPECT_STRNE(select(tuner(4, 1), CollKind::kAllReduce, bytes).algo->name, "single");
+  }
+  // Below the threshold: not offered, forced or not.
+  for (const char* algo : {"", "single"}) {
+    const Tuner t = mappedTuner(4, 1 << 20, LinkClass::kShm, algo);
+    EXPECT_STRNE(select(t, CollKind::kAllReduce, (1 << 20) - 1).algo->name, "single") << algo;
+    EXPECT_STREQ(select(t, CollKind::kAllReduce, 1 << 20).algo->name, "single") << algo;
+  }
+}
+
+// With the default threshold the model picks the single copy at and above it on every
+// one-node shape (threads or processes, a CPU per rank or ranks sharing 2 CPUs), so the
+// calls that took it before it was an algorithm still do; below it never.
+TEST(SingleCopy, DefaultThresholdPicksItByPrediction) {
+  for (int n : {2, 3, 4, 5, 8, 16, 32}) {
+    for (LinkClass c : {LinkClass::kLocal, LinkClass::kShm}) {
+      for (double oversub : {1.0, std::max(1.0, n / 2.0)}) {
+        for (size_t slot : {size_t(128) << 10, size_t(1) << 20}) {
+          const Tuner t = mappedTuner(n, kSingleCopyDefaultBytes, c, "", oversub, slot);
+          for (size_t bytes : tableSizes()) {
+            for (size_t b : {bytes, bytes + 4}) {
+              const Decision d = select(t, CollKind::kAllReduce, b);
+              EXPECT_EQ(std::string(d.algo->name) == "single", b >= kSingleCopyDefaultBytes)
+                  << "n=" << n << " " << linkClassName(c) << " oversub " << oversub << " slot " << slot
+                  << " bytes " << b << ": " << d.algo->name;
+              EXPECT_FALSE(d.forced);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SingleCopy, NcclAlgoForcesAndForbidsIt) {
+  const size_t big = size_t(4) << 20;
+  for (int n : {2, 3, 8}) {
+    Decision d = select(mappedTuner(n, kSingleCopyDefaultBytes, LinkClass::kLocal, "single"), CollKind::kAllReduce, big);
+    EXPECT_STREQ(d.algo->name, "single");
+    EXPECT_TRUE(d.forced);
+    EXPECT_EQ(d.channels, 1);
+    EXPECT_STREQ(select(mappedTuner(n, kSingleCopyDefaultBytes, LinkClass::kLocal, "SINGLE"), CollKind::kAllReduce, big)
+                     .algo->name,
+                 "single");
+    EXPECT_STREQ(select(mappedTuner(n, kSingleCopyDefaultBytes, LinkClass::kLocal, "allreduce:single"),
+                        CollKind::kAllReduce, big)
+                     .algo->name,
+                 "single");
+    // Forbidden: the choice the others leave, the same as without peer reads.
+    for (const char* spec : {"^single", "ring,tree", "allreduce:^single"}) {
+      const Tuner t = mappedTuner(n, kSingleCopyDefaultBytes, LinkClass::kLocal, spec);
+      for (size_t bytes : tableSizes()) {
+        const Decision f = select(t, CollKind::kAllReduce, bytes);
+        EXPECT_STRNE(f.algo->name, "single") << spec;
+        EXPECT_EQ(f.algo, selectWithoutPeerReads(t, CollKind::kAllReduce, bytes).algo) << spec;
+      }
+    }
+    // Forcing another algorithm forbids it too.
+    EXPECT_STREQ(select(mappedTuner(n, kSingleCopyDefaultBytes, LinkClass::kLocal, "ring"), CollKind::kAllReduce, big)
+                     .algo->name,
+                 "ring");
+    // The fallback: the model's choice among the others, whatever SNCCL_ALGO forced.
+    const Tuner forced = mappedTuner(n, kSingleCopyDefaultBytes, LinkClass::kLocal, "single");
+    const Decision fb = selectWithoutPeerReads(forced, CollKind::kAllReduce, big);
+    EXPECT_STRNE(fb.algo->name, "single");
+    EXPECT_FALSE(fb.forced);
+    EXPECT_EQ(fb.algo, select(mappedTuner(n, 0), CollKind::kAllReduce, big).algo);
+  }
+}
+
+// SNCCL_SINGLE_COPY_BYTES below its default is the user's crossover: the single copy runs
+// from there on (as before it was an algorithm) unless SNCCL_ALGO leaves it out.
+TEST(SingleCopy, LoweredThresholdIsHonoured) {
+  for (int n : {2, 4, 8}) {
+    const Tuner t = mappedTuner(n, 4);
+    EXPECT_STRNE(select(t, CollKind::kAllReduce, 2).algo->name, "single");
+    for (size_t bytes : {size_t{4}, size_t{8}, size_t{68}, size_t{4096}, size_t(1) << 20})
+      EXPECT_STREQ(select(t, CollKind::kAllReduce, bytes).algo->name, "single") << bytes;
+    EXPECT_STRNE(select(mappedTuner(n, 4, LinkClass::kLocal, "^single"), CollKind::kAllReduce, 8).algo->name, "single");
+    EXPECT_STREQ(select(mappedTuner(n, 4, LinkClass::kLocal, "flat"), CollKind::kAllReduce, 8).algo->name, "flat");
+  }
+}
+
+// The TUNING table (and sn_info --model) has a column for it where it applies.
+TEST(SingleCopy, TablesShowIt) {
+  const std::vector<std::string> lines = decisionTable(mappedTuner(4, kSingleCopyDefaultBytes), CollKind::kAllReduce);
+  ASSERT_EQ(lines.size(), tableSizes().size() + 1);
+  EXPECT_NE(lines[0].find("single"), std::string::npos) << lines[0];
+  bool picked = false;
+  for (const std::string& l : lines) picked |= l.find("  single; ") != std::string::npos;
+  EXPECT_TRUE(picked);
+  EXPECT_NE(describeTuner(mappedTuner(4, kSingleCopyDefaultBytes)).find("single copy from 128K"), std::string::npos);
+  for (const std::string& l : decisionTable(tuner(4, 1), CollKind::kAllReduce))
+    EXPECT_EQ(l.find("single"), std::string::npos) << l;
+  EXPECT_EQ(describeTuner(tuner(4, 1)).find("single copy"), std::string::npos);
 }
 
 }  // namespace

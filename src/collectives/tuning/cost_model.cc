@@ -288,6 +288,25 @@ double flatAllReduce(const Ctx& x) {
   return k.count * (exchangeLatencies(x.sh) * l.latUs + 2.0 * (n - 1) * step(l, k.bytes));
 }
 
+// What a rank touches per byte of data through the ring AllReduce at 2 ranks, where the
+// link constants were measured: every byte is copied into a slot by its sender and out of
+// it, with the receiver's own operand, by its receiver (core/mapped_allreduce.cc), about
+// 4.5 bytes read or written, in the B/bw the ring formula charges for B bytes.
+constexpr double kRingTouchedPerByte = 4.5;
+
+// Single-copy AllReduce (mapped/allreduce_single.cc): three rounds of small messages with
+// every peer (describe, verdict, done: core/mapped_allreduce.cc), each costing what the
+// flat AllReduce's one exchange does, then rank r folds block r of all n inputs and writes
+// it into all n outputs: 2B bytes touched per rank whatever n (B read, B written), at the
+// rate the ring touches them, 2B / (4.5 bw). Against the ring's ~2B/bw and the 2-rank
+// direct's lat + B/bw, it wins from tens of KiB (shm: ~70 KiB at 2 ranks), below
+// SNCCL_SINGLE_COPY_BYTES's default (kSingleCopyDefaultBytes).
+double singleAllReduce(const Ctx& x) {
+  if (!singleCopyApplies(x.sh, x.bytes)) return -1;
+  const LinkParams& l = x.p.of(x.sh.intra);
+  return 3.0 * exchangeLatencies(x.sh) * l.latUs + 2.0 * double(x.bytes) / (kRingTouchedPerByte * l.bwGBps * 1e3);
+}
+
 // p2p AlltoAll: every rank sends and receives n-1 blocks of B bytes, independently.
 double p2pAlltoAll(const Ctx& x) {
   const int n = x.sh.nranks;
@@ -325,6 +344,7 @@ constexpr Formula kFormulas[] = {
     {"direct", CollKind::kAllReduce, directAllReduce},
     {"rd", CollKind::kAllReduce, rdAllReduce},
     {"flat", CollKind::kAllReduce, flatAllReduce},
+    {"single", CollKind::kAllReduce, singleAllReduce},
     {"p2p", CollKind::kAlltoAll, p2pAlltoAll},
     {"p2p", CollKind::kGather, p2pRooted},
     {"p2p", CollKind::kScatter, p2pRooted},
@@ -340,10 +360,15 @@ const Formula* findFormula(std::string_view name, CollKind coll) {
 
 bool hasFormula(std::string_view name, CollKind coll) { return findFormula(name, coll) != nullptr; }
 
+bool singleCopyApplies(const CommShape& shape, size_t bytes) {
+  return shape.nnodes == 1 && shape.nranks > 1 && shape.singleCopyBytes > 0 && bytes >= shape.singleCopyBytes;
+}
+
 double predictUs(std::string_view name, CollKind coll, const CommShape& shape, size_t bytes, size_t chunkBytes,
                  const ModelParams& params, int channels) {
   const Formula* f = findFormula(name, coll);
   if (f == nullptr || chunkBytes == 0 || channels < 1) return -1;
+  if (f->fn == singleAllReduce && (channels != 1 || !singleCopyApplies(shape, bytes))) return -1;  // never split
   if (bytes == 0) return 0;
   ModelParams eff = shape.oversub > 1.0 ? effectiveParams(shape, params) : params;
   const int side = std::min(channels, std::max(1, eff.of(shape.worst()).overlapChannels));

@@ -72,6 +72,10 @@ struct CommShape {
   // Ranks per CPU on the busiest node (1 when every rank has a core or CPUs are unknown).
   // Above 1, ranks take turns on the cores: see effectiveParams.
   double oversub = 1.0;
+  // The ranks map each other's buffers (one node, one process or one PID namespace:
+  // ncclComm::mappable), and AllReduces of at least this many bytes may run the single
+  // copy ("single", Prim::kPeerFold); 0: never (SNCCL_SINGLE_COPY_BYTES=0, or not mappable).
+  size_t singleCopyBytes = 0;
   bool uniform() const { return minPerNode == maxPerNode; }
   // The link class a flat algorithm (ring, tree over all ranks) is limited by.
   LinkClass worst() const { return nnodes > 1 ? inter : intra; }
@@ -107,6 +111,16 @@ CommShape evenShape(int nranks, int nnodes, LinkClass intra);
 // k = 1 (one node of host ranks) they only cost and the model keeps 1.
 double predictUs(std::string_view name, CollKind coll, const CommShape& shape, size_t bytes, size_t chunkBytes,
                  const ModelParams& params, int channels = 1);
+
+// Whether the single-copy AllReduce applies to `bytes` on this shape: one node of at least
+// 2 ranks that map each other's buffers, at or above shape.singleCopyBytes. Where it does
+// not, predictUs("single", ...) is negative and the selector does not offer it.
+bool singleCopyApplies(const CommShape& shape, size_t bytes);
+// SNCCL_SINGLE_COPY_BYTES's default: from this size on the single copy was measured
+// faster than the rings on the build VMs, and its formula predicts it faster on every
+// one-node shape. A threshold set below it is the user's own crossover and the selector
+// honours it (selector.h).
+constexpr size_t kSingleCopyDefaultBytes = size_t(128) << 10;
 
 // True when the model has a formula for (name, coll).
 bool hasFormula(std::string_view name, CollKind coll);

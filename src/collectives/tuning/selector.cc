@@ -11,16 +11,22 @@ namespace snccl::tuning {
 
 namespace {
 
-bool fits(const AlgorithmDef& a, int nranks) { return a.maxRanks == 0 || nranks <= a.maxRanks; }
+// Whether `a` can run this call: the rank limit, and for an algorithm that reads peers'
+// buffers a communicator whose ranks map them and a size at or above the threshold.
+bool fits(const AlgorithmDef& a, const CommShape& shape, size_t bytes, bool peerReads) {
+  if (a.readsPeers && (!peerReads || !singleCopyApplies(shape, bytes))) return false;
+  return a.maxRanks == 0 || shape.nranks <= a.maxRanks;
+}
 
 // Candidates for `coll`: the algorithms SNCCL_ALGO allows that fit; when none fits (a
-// forced name that does not implement this collective or size), every fitting one.
-uint64_t candidates(const Tuner& t, CollKind coll, bool* forced) {
+// forced name that does not implement this collective or size, or cannot run on this
+// communicator), every fitting one. `peerReads` false: none that reads peers' buffers.
+uint64_t candidates(const Tuner& t, CollKind coll, size_t bytes, bool peerReads, bool* forced) {
   std::span<const AlgorithmDef> algos = algorithms();
   const int k = static_cast<int>(coll);
   uint64_t fitting = 0;
   for (size_t i = 0; i < algos.size() && i < 64; ++i)
-    if (algos[i].coll == coll && fits(algos[i], t.shape.nranks)) fitting |= uint64_t(1) << i;
+    if (algos[i].coll == coll && fits(algos[i], t.shape, bytes, peerReads)) fitting |= uint64_t(1) << i;
   const uint64_t allowed = fitting & t.over.algo.allowed[k];
   *forced = t.over.algo.restricted[k] && allowed != 0;
   return allowed != 0 ? allowed : fitting;
@@ -105,11 +111,14 @@ ChannelRange agreeChannels(std::span<const ChannelRange> perRank) {
 }
 
 Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
-                std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels) {
+                std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels,
+                size_t singleCopyBytes) {
   Overrides over = processOverrides();
   over.minChannels = channels.min;
   over.maxChannels = channels.max;
-  Tuner t = makeTuner(shapeFromHosts(nranks, hosts, procs, cpus), slotBytes, hostDefaults(), over);
+  CommShape shape = shapeFromHosts(nranks, hosts, procs, cpus);
+  shape.singleCopyBytes = shape.nnodes == 1 ? singleCopyBytes : 0;
+  Tuner t = makeTuner(shape, slotBytes, hostDefaults(), over);
   t.logCalls = logTables;
   if (logTables && log::enabled(log::kInfo, log::kTuning)) {
     SN_INFO(log::kTuning, "%s", describeTuner(t).c_str());
@@ -152,7 +161,15 @@ int channelCandidates(const Tuner& t, CollKind coll, int out[6]) {
 AlgoBest bestFor(const Tuner& t, std::string_view name, CollKind coll, size_t bytes) {
   size_t chunks[4];
   int channels[6];
-  const int nchunks = chunkCandidates(t.slotBytes, chunks), nchannels = channelCandidates(t, coll, channels);
+  const int nchunks = chunkCandidates(t.slotBytes, chunks);
+  int nchannels = channelCandidates(t, coll, channels);
+  // The algorithm that reads peers' buffers is one PeerFold per rank: never split.
+  static const AlgorithmDef* const peerReads = [] {
+    for (const AlgorithmDef& a : algorithms())
+      if (a.readsPeers) return &a;
+    return static_cast<const AlgorithmDef*>(nullptr);
+  }();
+  if (peerReads != nullptr && coll == peerReads->coll && name == peerReads->name) channels[0] = 1, nchannels = 1;
   AlgoBest b{-1, t.slotBytes, channels[0]};
   // Strict <: ties go to the larger chunk and the fewer channels.
   for (int c = 0; c < nchunks; ++c) {
@@ -165,12 +182,28 @@ AlgoBest bestFor(const Tuner& t, std::string_view name, CollKind coll, size_t by
   return b;
 }
 
-Decision select(const Tuner& t, CollKind coll, size_t bytes) {
+namespace {
+
+Decision selectFrom(const Tuner& t, CollKind coll, size_t bytes, bool peerReads) {
   Decision d;
   d.chunkBytes = t.slotBytes;
   d.channels = channelSplittable(coll) ? t.over.minChannels : 1;
-  const uint64_t cand = candidates(t, coll, &d.forced);
+  const uint64_t cand = candidates(t, coll, bytes, peerReads, &d.forced);
   std::span<const AlgorithmDef> algos = algorithms();
+  // A single-copy threshold below its default is the user's crossover, which the model
+  // does not know: at or above it the single copy runs whenever SNCCL_ALGO allows it, as
+  // the threshold promises (candidates() only offers it there).
+  if (t.shape.singleCopyBytes < kSingleCopyDefaultBytes) {
+    for (size_t i = 0; i < algos.size() && i < 64; ++i) {
+      if (!(cand >> i & 1) || !algos[i].readsPeers) continue;
+      const AlgoBest b = bestFor(t, algos[i].name, coll, bytes);
+      d.algo = &algos[i];
+      d.predictedUs = b.us;
+      d.chunkBytes = b.chunkBytes;
+      d.channels = b.channels;
+      return d;
+    }
+  }
   // Strict < in table order: ties go to the earlier algorithm (then, inside bestFor, the
   // larger chunk and the fewer channels), the same on every rank.
   for (size_t i = 0; i < algos.size() && i < 64; ++i) {
@@ -185,6 +218,14 @@ Decision select(const Tuner& t, CollKind coll, size_t bytes) {
     }
   }
   return d;
+}
+
+}  // namespace
+
+Decision select(const Tuner& t, CollKind coll, size_t bytes) { return selectFrom(t, coll, bytes, true); }
+
+Decision selectWithoutPeerReads(const Tuner& t, CollKind coll, size_t bytes) {
+  return selectFrom(t, coll, bytes, false);
 }
 
 Decision selectAndLog(const Tuner& t, CollKind coll, size_t bytes, DecisionLog* dlog) {

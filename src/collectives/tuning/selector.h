@@ -82,11 +82,23 @@ struct Tuner {
 Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& params, const Overrides& over);
 // At communicator init: the shape from the peers' tables, host constants, process
 // overrides with the agreed channel range (agreeChannels); logs the decision tables
-// (INFO, TUNING) when `logTables`.
+// (INFO, TUNING) when `logTables`. singleCopyBytes: SNCCL_SINGLE_COPY_BYTES where the
+// ranks map each other's buffers (ncclComm::mappable), else 0 (CommShape::singleCopyBytes).
 Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
-                std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels = {});
+                std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels = {},
+                size_t singleCopyBytes = 0);
 
+// The single-copy AllReduce ("single", AlgorithmDef::readsPeers) is a candidate only where
+// singleCopyApplies (cost_model.h): a mappable communicator, at or above the threshold.
+// There it competes by its prediction like the others; when the threshold is below its
+// default (kSingleCopyDefaultBytes) it is taken whenever SNCCL_ALGO allows it, so a
+// lowered SNCCL_SINGLE_COPY_BYTES means what it always did. SNCCL_ALGO=single forces it
+// where it applies; elsewhere the forced set is empty and the model decides (as for any
+// forced algorithm that cannot run); SNCCL_ALGO=^single forbids it.
 Decision select(const Tuner& t, CollKind coll, size_t bytes);
+// The same without algorithms that read peers' buffers: what the executor runs when some
+// rank cannot map a peer's buffers for a call the selector gave the single copy.
+Decision selectWithoutPeerReads(const Tuner& t, CollKind coll, size_t bytes);
 
 // Chunk sizes the selector considers: the slot, then halves down to 4 KiB (at most 4).
 int chunkCandidates(size_t slotBytes, size_t out[4]);

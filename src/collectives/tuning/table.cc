@@ -51,6 +51,8 @@ std::string describeTuner(const Tuner& t) {
   if (s.oversub > 1.0)
     line += format(", %.2g ranks per CPU (+%.1f us per hop, bandwidth / %.2g)", s.oversub, t.params.switchUs * s.oversub,
                    s.oversub);
+  if (singleCopyApplies(s, ~size_t(0)))
+    line += format(", single copy from %s B (SNCCL_SINGLE_COPY_BYTES)", sizeLabel(s.singleCopyBytes).c_str());
   const LinkParams& lim = t.params.of(s.worst());
   line += format(", slot %zu B; protocol Simple; channels %d-%d, %d side by side on %s", t.slotBytes,
                  t.over.minChannels, t.over.maxChannels, std::min(t.over.maxChannels, std::max(1, lim.overlapChannels)),
@@ -62,7 +64,8 @@ std::string describeTuner(const Tuner& t) {
 std::vector<std::string> decisionTable(const Tuner& t, CollKind coll) {
   std::vector<const AlgorithmDef*> cols;
   for (const AlgorithmDef& a : algorithms())
-    if (a.coll == coll && hasFormula(a.name, coll) && (a.maxRanks == 0 || t.shape.nranks <= a.maxRanks))
+    if (a.coll == coll && hasFormula(a.name, coll) && (a.maxRanks == 0 || t.shape.nranks <= a.maxRanks) &&
+        (!a.readsPeers || singleCopyApplies(t.shape, ~size_t(0))))
       cols.push_back(&a);
   std::vector<std::string> lines;
   std::string head = format("%-13s %6s", collName(coll), "bytes");
