@@ -28,6 +28,7 @@ constexpr uint32_t kTagConnect = 0x434f4e00;  // "CON"
 constexpr unsigned kConfigMagic = 0xcafebeef;
 
 Status planCommRing(ncclComm* comm);
+net::NicHint planNic(const PeerInfo& self);
 
 Status finishInit(ncclComm* comm) {
   comm->nranks = comm->bootstrap->nranks();
@@ -82,6 +83,9 @@ Status finishInit(ncclComm* comm) {
   comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
   comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
   const bool spansNodes = comm->localRanks < comm->nranks;
+  // Ranks on one node use the net only with shm disabled: no topology lookup for them
+  // (their channels take the plugin's devices in turn).
+  if (spansNodes) comm->netNic = planNic(comm->peers[comm->rank]);
   SNCCL_ASSIGN_OR_RETURN(const SlotGeometry geometry, slotGeometry(spansNodes));
   comm->nsteps = geometry.nsteps;
   comm->slotBytes = geometry.slotBytes;
@@ -163,6 +167,27 @@ Status planCommRing(ncclComm* comm) {
   SN_INFO(log::kGraph, "Ring 00 :%s", order.c_str());
   comm->plan.ring = std::move(ring);
   return OkStatus();
+}
+
+// The NIC the topology planner picks for this rank's inter-node traffic (topo::Plan::
+// rankNic), as the net transport matches it against its plugin's devices (net_device.h).
+// A local choice: each end of a net connection picks its own device. Empty when the
+// topology is unknown or has no NIC.
+net::NicHint planNic(const PeerInfo& self) {
+  net::NicHint hint;
+  const Result<topo::System>& sys = topo::processSystem();
+  if (!sys.ok()) return hint;
+  const topo::RankLocation loc{self.hostHash, std::string(), self.numa};
+  Result<topo::Plan> plan = topo::planChannels(sys.value(), std::span<const topo::RankLocation>(&loc, 1));
+  if (!plan.ok() || plan.value().rankNic.empty() || plan.value().rankNic[0] < 0) return hint;
+  const topo::Node& nic = sys.value().node(plan.value().rankNic[0]);
+  hint.busId = nic.pci.busId;
+  for (const topo::NetPort& port : nic.nic.nets)
+    if (!port.name.empty()) hint.names.push_back(port.name);
+  SN_INFO(log::kGraph | log::kNet, "rank %d: the topology's NIC for inter-node traffic: %s%s%s", self.rank,
+          hint.busId.empty() ? "(no bus id)" : hint.busId.c_str(), hint.names.empty() ? "" : " ",
+          hint.names.empty() ? "" : hint.names[0].c_str());
+  return hint;
 }
 
 PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
@@ -434,7 +459,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
   const PeerInfo& self = comm->peers[comm->rank];
   auto request = [&](ConnKey k) {
     return ConnRequest{comm->commHash, comm->rank, k.peer, k.channel, comm->nsteps, comm->slotBytes, &self,
-                       &comm->peers[k.peer]};
+                       &comm->peers[k.peer], comm->netRegs, &comm->netNic};
   };
   for (const std::vector<ConnKey>* keys : {&sends, &recvs})
     for (ConnKey k : *keys)

@@ -18,6 +18,11 @@
 
 namespace snccl {
 
+namespace net {
+class RegCache;
+struct NicHint;
+}
+
 // What every rank tells the others at init (fixed size: travels in the bootstrap blob).
 struct PeerInfo {
   uint32_t version;       // NCCL_VERSION_CODE of the library
@@ -46,6 +51,11 @@ struct ConnRequest {
   uint32_t slotBytes;
   const PeerInfo* self;
   const PeerInfo* remote;
+  // The communicator's registered memory (net/reg_cache.h), for transports whose plugin
+  // needs registration; null: none.
+  std::shared_ptr<net::RegCache> regs = nullptr;
+  // The NIC the topology planner picked for this rank (net/net_device.h); null: none.
+  const net::NicHint* nic = nullptr;
 };
 
 // Whether the ring between the two ranks of `req` publishes without a full fence

@@ -141,7 +141,7 @@ class SocketNet : public Net {
   Status deregMr(Comm*, MemHandle*) override { return OkStatus(); }
   bool usesUnregisteredHostMemory() const override { return true; }  // send(2) reads any of it, recv(2) writes any
 
-  Status isend(SendComm* comm, void* data, size_t size, int tag, uint64_t imm, MemHandle*, Request** req) override {
+  Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle*, Request** req) override {
     *req = nullptr;
     SNCCL_ASSIGN_OR_RETURN(SockRequest * r, static_cast<SocketSend*>(comm)->conn.isend(data, size, tag, imm));
     *req = r;
@@ -156,7 +156,7 @@ class SocketNet : public Net {
     return OkStatus();
   }
 
-  bool retargetRecv(Request* req, void* data, size_t size) override {
+  bool retargetRecv(Request* req, void* data, size_t size, MemHandle*) override {
     auto* r = static_cast<SockRequest*>(req);
     return r->conn->retarget(r, data, size);
   }
@@ -168,7 +168,7 @@ class SocketNet : public Net {
     return OkStatus();
   }
 
-  Status test(Request* req, bool* done, size_t* sizes, uint64_t* imm) override {
+  Status test(Request* req, bool* done, size_t* sizes, uint32_t* imm) override {
     auto* r = static_cast<SockRequest*>(req);
     return r->conn->test(r, done, sizes, imm);
   }

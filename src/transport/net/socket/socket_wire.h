@@ -56,7 +56,8 @@ struct Frame {
   uint32_t type;
   int32_t tag;
   uint64_t size;  // CTS: posted bytes; MSG: message bytes
-  uint64_t imm;   // MSG: the message's imm; ABORT: the sender's ncclResult_t
+  uint32_t imm;   // MSG: the message's imm (Net::isend); ABORT: the sender's abort code
+  uint32_t reserved;  // 0
 };
 static_assert(sizeof(Frame) == 24);
 
