@@ -455,6 +455,50 @@ void commSetError(ncclComm* comm, const Status& status) {
     if (c) c->poison(word);
 }
 
+namespace {
+
+// A ConnBlob over the bootstrap: its fixed fields and the payload's length in one
+// message, then the payload in a second (messages of one tag between two ranks arrive
+// in the order they were sent).
+struct ConnBlobWire {
+  char transport[16];
+  uint64_t words[4];
+  char name[96];
+  int32_t channel;
+  uint32_t payloadBytes;
+};
+
+Status sendConnBlob(Bootstrap& boot, int peer, const ConnBlob& blob) {
+  if (blob.payload.size() > kMaxConnPayload)
+    return InternalError("a %zu-byte connection description (at most %zu)", blob.payload.size(), kMaxConnPayload);
+  ConnBlobWire w{};
+  std::memcpy(w.transport, blob.transport, sizeof w.transport);
+  std::memcpy(w.words, blob.words, sizeof w.words);
+  std::memcpy(w.name, blob.name, sizeof w.name);
+  w.channel = blob.channel;
+  w.payloadBytes = uint32_t(blob.payload.size());
+  SNCCL_TRY(boot.send(peer, kTagConnect, &w, sizeof w));
+  if (!blob.payload.empty()) SNCCL_TRY(boot.send(peer, kTagConnect, blob.payload.data(), blob.payload.size()));
+  return OkStatus();
+}
+
+Status recvConnBlob(Bootstrap& boot, int peer, ConnBlob* blob) {
+  ConnBlobWire w{};
+  SNCCL_TRY(boot.recv(peer, kTagConnect, &w, sizeof w));
+  if (w.payloadBytes > kMaxConnPayload)
+    return InternalError("rank %d described a connection with %u bytes (at most %zu)", peer, w.payloadBytes,
+                         kMaxConnPayload);
+  std::memcpy(blob->transport, w.transport, sizeof w.transport);
+  std::memcpy(blob->words, w.words, sizeof w.words);
+  std::memcpy(blob->name, w.name, sizeof w.name);
+  blob->channel = w.channel;
+  blob->payload.resize(w.payloadBytes);
+  if (w.payloadBytes > 0) SNCCL_TRY(boot.recv(peer, kTagConnect, blob->payload.data(), w.payloadBytes));
+  return OkStatus();
+}
+
+}  // namespace
+
 Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std::vector<ConnKey>& recvs) {
   const PeerInfo& self = comm->peers[comm->rank];
   auto request = [&](ConnKey k) {
@@ -476,7 +520,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
     if (conn->receivesAtPointers()) comm->plansRecvs.store(true, std::memory_order_relaxed);
     blob.channel = k.channel;
-    SNCCL_TRY(comm->bootstrap->send(k.peer, kTagConnect, &blob, sizeof blob));
+    SNCCL_TRY(sendConnBlob(*comm->bootstrap, k.peer, blob));
     SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers[k.peer].cudaDev,
             comm->rank, self.cudaDev, t->name);
   }
@@ -484,7 +528,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     std::unique_ptr<Connection>& conn = comm->sendConnOf(k);
     if (conn) continue;
     ConnBlob blob{};
-    SNCCL_TRY(comm->bootstrap->recv(k.peer, kTagConnect, &blob, sizeof blob));
+    SNCCL_TRY(recvConnBlob(*comm->bootstrap, k.peer, &blob));
     blob.transport[sizeof blob.transport - 1] = '\0';
     const TransportDef* t = findTransport(blob.transport);
     if (t == nullptr) return InternalError("rank %d offered unknown transport '%s'", k.peer, blob.transport);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/connection.h"
@@ -23,7 +24,10 @@ class RegCache;
 struct NicHint;
 }
 
-// What every rank tells the others at init (fixed size: travels in the bootstrap blob).
+// What every rank tells the others at init. Fixed size: it travels in the bootstrap's
+// table of equal-sized blocks, one per rank. Endpoint data of variable length (a net
+// plugin's listen handle or worker address) is not here but travels per connection, in
+// ConnBlob::payload.
 struct PeerInfo {
   uint32_t version;       // NCCL_VERSION_CODE of the library
   int32_t rank;
@@ -63,13 +67,20 @@ struct ConnRequest {
 // processBarrier(). Both ends compute it from the same two PeerInfos, so they agree.
 inline bool lightPublish(const ConnRequest& req) { return req.self->processBarrier && req.remote->processBarrier; }
 
-// Receiver -> sender description of a ring (a shm name, a pointer in this process, ...).
+// Receiver -> sender description of a ring (a shm name, a pointer in this process, a net
+// plugin's listen handle, ...). The fixed fields hold what the node-local transports need;
+// `payload` holds bytes of any length (a net plugin's handle: a UCX worker address is
+// larger than any fixed field would be). commConnect sends the fixed fields with the
+// payload's length, then the payload, over the bootstrap.
 struct ConnBlob {
-  char transport[16];
-  uint64_t words[4];
-  char name[96];
-  int32_t channel;  // set by commConnect; the sender checks it names the connection it expects
+  char transport[16] = {};
+  uint64_t words[4] = {};
+  char name[96] = {};
+  int32_t channel = 0;  // set by commConnect; the sender checks it names the connection it expects
+  std::vector<unsigned char> payload;
 };
+// The largest ConnBlob::payload commConnect accepts (a sanity bound, not a format limit).
+constexpr size_t kMaxConnPayload = size_t(1) << 20;
 
 struct TransportDef {
   const char* name;

@@ -5,11 +5,13 @@
 // status 9, with a line on stderr) when a comm closes with a registration still live,
 // so a rank that leaks one fails its test even after the test's own checks ran.
 //
-// StrictNet(false), "StrictNoImm", also reports no imm support (Properties::imm): it
-// drops the imm isend is given and hands test() a wrong one, so only a transport that
-// prefixes the imm to the payload gets it across.
+// "StrictNoImm" also reports no imm support (Properties::imm): it drops the imm isend is
+// given and hands test() a wrong one, so only a transport that prefixes the imm to the
+// payload gets it across. "StrictBigHandle" makes its listen handles 200 bytes longer than
+// the socket net's 128 (a trailer that connect checks and takes off), as a UCX worker
+// address would be.
 //
-// A test binary makes them selectable as SNCCL_NET=Strict / StrictNoImm by defining
+// A test binary makes them selectable as SNCCL_NET=<name> by defining
 // snccl::net::testNetPlugins() (net.h) with strictNetDefs(); it must link the static
 // layers (snccl_core), since the shared libraries never see that definition.
 #pragma once
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <span>
@@ -41,8 +44,10 @@ class StrictNet : public Net {
     size_t bytes;
   };
 
-  explicit StrictNet(bool imm) : imm_(imm) {}
-  const char* name() const override { return imm_ ? "Strict" : "StrictNoImm"; }
+  enum Variant { kStrict, kNoImm, kBigHandle };
+  static constexpr size_t kHandleExtra = 200;
+  explicit StrictNet(Variant v) : imm_(v != kNoImm), extra_(v == kBigHandle ? kHandleExtra : 0) {}
+  const char* name() const override { return !imm_ ? "StrictNoImm" : extra_ > 0 ? "StrictBigHandle" : "Strict"; }
   Status init() override { return inner_->init(); }
   int devices() const override { return inner_->devices(); }
   Status getProperties(int dev, Properties* props) const override {
@@ -51,13 +56,36 @@ class StrictNet : public Net {
     return OkStatus();
   }
   Status listen(int dev, Handle* handle, ListenComm** listenComm) override {
-    return inner_->listen(dev, handle, listenComm);
+    SNCCL_TRY(inner_->listen(dev, handle, listenComm));
+    if (extra_ == 0) return OkStatus();
+    // inner bytes | extra_ bytes of a pattern | the inner size (4 bytes)
+    auto inner = uint32_t(handle->bytes.size());
+    for (size_t i = 0; i < extra_; ++i) handle->bytes.push_back(static_cast<unsigned char>(i * 7 + 1));
+    const auto* n = reinterpret_cast<const unsigned char*>(&inner);
+    handle->bytes.insert(handle->bytes.end(), n, n + sizeof inner);
+    return OkStatus();
   }
   Status connect(int dev, Handle* handle, SendComm** sendComm) override {
-    return inner_->connect(dev, handle, sendComm);
+    if (extra_ == 0) return inner_->connect(dev, handle, sendComm);
+    *sendComm = nullptr;
+    Handle inner;
+    SNCCL_TRY(unwrap(*handle, &inner));
+    Status s = inner_->connect(dev, &inner, sendComm);
+    std::copy(inner.bytes.begin(), inner.bytes.end(), handle->bytes.begin());  // its connect state
+    if (s.ok() && *sendComm != nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++bigHandles_;
+    }
+    return s;
   }
   Status accept(ListenComm* listenComm, RecvComm** recvComm) override { return inner_->accept(listenComm, recvComm); }
-  void cancelConnect(Handle* handle) override { inner_->cancelConnect(handle); }
+  void cancelConnect(Handle* handle) override {
+    if (extra_ == 0) return inner_->cancelConnect(handle);
+    Handle inner;
+    if (!unwrap(*handle, &inner).ok()) return;
+    inner_->cancelConnect(&inner);
+    std::copy(inner.bytes.begin(), inner.bytes.end(), handle->bytes.begin());
+  }
 
   Status regMr(Comm* comm, void* data, size_t size, int type, MemHandle** mh) override {
     *mh = nullptr;
@@ -166,6 +194,11 @@ class StrictNet : public Net {
     std::lock_guard<std::mutex> lock(mu_);
     return sends_.size();
   }
+  // Connections made through a handle longer than the socket net's (StrictBigHandle).
+  size_t bigHandles() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bigHandles_;
+  }
 
  private:
   struct Mr : MemHandle {
@@ -174,6 +207,17 @@ class StrictNet : public Net {
     uintptr_t begin;
     size_t bytes;
   };
+
+  // The socket net's handle inside one of ours, after checking the trailer arrived whole.
+  Status unwrap(const Handle& outer, Handle* inner) const {
+    uint32_t n = 0;
+    if (outer.bytes.size() >= sizeof n) std::memcpy(&n, outer.bytes.data() + outer.bytes.size() - sizeof n, sizeof n);
+    bool ok = outer.bytes.size() == size_t(n) + extra_ + sizeof n;
+    for (size_t i = 0; ok && i < extra_; ++i) ok = outer.bytes[n + i] == static_cast<unsigned char>(i * 7 + 1);
+    if (!ok) return InternalError("NET/StrictBigHandle: a %zu-byte handle arrived damaged", outer.bytes.size());
+    inner->bytes.assign(outer.bytes.begin(), outer.bytes.begin() + n);
+    return OkStatus();
+  }
 
   Status check(const Comm* comm, MemHandle* mh, void* data, size_t size, const char* what) {
     auto* m = static_cast<Mr*>(mh);
@@ -202,6 +246,8 @@ class StrictNet : public Net {
   }
 
   const bool imm_;
+  const size_t extra_;  // bytes added to listen handles
+  size_t bigHandles_ = 0;
   Net* inner_ = socketNet();
   mutable std::mutex mu_;
   std::vector<Mr*> live_;
@@ -213,17 +259,20 @@ class StrictNet : public Net {
   std::map<Request*, const Comm*> recvComm_;
 };
 
-// The process's instance of each (SNCCL_NET picks one; the other stays unused).
-inline StrictNet* strictNet(bool imm = true) {
-  static StrictNet* withImm = new StrictNet(true);
-  static StrictNet* withoutImm = new StrictNet(false);
-  return imm ? withImm : withoutImm;
+// The process's instance of each (SNCCL_NET picks one; the others stay unused).
+inline StrictNet* strictNet(StrictNet::Variant v = StrictNet::kStrict) {
+  static StrictNet* nets[] = {new StrictNet(StrictNet::kStrict), new StrictNet(StrictNet::kNoImm),
+                              new StrictNet(StrictNet::kBigHandle)};
+  return nets[v];
 }
 
 inline std::span<const NetDef> strictNetDefs() {
   static const NetDef defs[] = {
-      {"Strict", "test: the socket net, demanding registered memory", []() -> Net* { return strictNet(true); }},
-      {"StrictNoImm", "test: Strict without imm", []() -> Net* { return strictNet(false); }},
+      {"Strict", "test: the socket net, demanding registered memory",
+       []() -> Net* { return strictNet(StrictNet::kStrict); }},
+      {"StrictNoImm", "test: Strict without imm", []() -> Net* { return strictNet(StrictNet::kNoImm); }},
+      {"StrictBigHandle", "test: Strict with 328-byte listen handles",
+       []() -> Net* { return strictNet(StrictNet::kBigHandle); }},
   };
   return defs;
 }

@@ -38,9 +38,12 @@ Cluster strictCluster(int nranks, const char* net = "Strict") {
 
 // Registrations per comm that lie outside the given user ranges: the ring's slots, which
 // every comm registers exactly once. "" when so, else what is wrong.
-std::string ringRegistrationsOnce(const std::vector<std::pair<const void*, size_t>>& user, bool imm = true) {
+using Variant = nettest::StrictNet::Variant;
+
+std::string ringRegistrationsOnce(const std::vector<std::pair<const void*, size_t>>& user,
+                                  Variant v = nettest::StrictNet::kStrict) {
   std::map<const void*, int> perComm;
-  for (const nettest::StrictNet::Reg& r : strictNet(imm)->registrations()) {
+  for (const nettest::StrictNet::Reg& r : strictNet(v)->registrations()) {
     bool inUser = false;
     for (auto [p, n] : user) {
       auto b = reinterpret_cast<uintptr_t>(p);
@@ -54,18 +57,22 @@ std::string ringRegistrationsOnce(const std::vector<std::pair<const void*, size_
   return "";
 }
 
-nettest::Body checkAllStrict(bool imm) {
-  return [imm](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+nettest::Body checkAllStrict(Variant v) {
+  return [v](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
     nettest::Checker c(comm, rank, n);
     bool ok = c.all({0, 1, 7, 1031, 200003});
     std::string err = c.error();
-    if (ok && strictNet(imm)->violations() != 0) {
+    if (ok && strictNet(v)->violations() != 0) {
       ok = false;
-      err = std::to_string(strictNet(imm)->violations()) + " plugin calls without a covering registration";
+      err = std::to_string(strictNet(v)->violations()) + " plugin calls without a covering registration";
     }
     if (ok) {
-      err = ringRegistrationsOnce({}, imm);
+      err = ringRegistrationsOnce({}, v);
       ok = err.empty();
+    }
+    if (ok && v == nettest::StrictNet::kBigHandle && strictNet(v)->bigHandles() == 0) {
+      ok = false;
+      err = "no connection was made through a large handle";
     }
     nettest::report(sh, rank, ok ? 0 : 1, err);
     return ok;
@@ -73,19 +80,25 @@ nettest::Body checkAllStrict(bool imm) {
 }
 
 TEST(NetReg, CollectivesOverAPluginThatNeedsRegistration) {
-  Outcome o = nettest::runCluster(strictCluster(3), checkAllStrict(true));
+  Outcome o = nettest::runCluster(strictCluster(3), checkAllStrict(nettest::StrictNet::kStrict));
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 
 // Without imm every message carries the signature's digest in front of its payload; slots
 // of the same geometry still hold full messages (tiny slots: every message fills one).
 TEST(NetReg, CollectivesOverAPluginWithoutImm) {
-  Outcome o = nettest::runCluster(strictCluster(3, "StrictNoImm"), checkAllStrict(false));
+  Outcome o = nettest::runCluster(strictCluster(3, "StrictNoImm"), checkAllStrict(nettest::StrictNet::kNoImm));
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
   Cluster tiny = strictCluster(2, "StrictNoImm");
   tiny.env.push_back({"SNCCL_BUFFSIZE", "16384"});
   tiny.env.push_back({"SNCCL_STEPS", "2"});
-  o = nettest::runCluster(tiny, checkAllStrict(false));
+  o = nettest::runCluster(tiny, checkAllStrict(nettest::StrictNet::kNoImm));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// Listen handles of 328 bytes travel whole from receiver to sender (ConnBlob::payload).
+TEST(NetReg, ListenHandlesLongerThanNcclsTravelWhole) {
+  Outcome o = nettest::runCluster(strictCluster(3, "StrictBigHandle"), checkAllStrict(nettest::StrictNet::kBigHandle));
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 

@@ -783,7 +783,7 @@ TEST(SocketNet, ListenerDropsConnectionsWithoutTheKey) {
   ListenComm* l = nullptr;
   ASSERT_TRUE(net->listen(0, &h, &l).ok());
   sockwire::HandleWire w;
-  std::memcpy(&w, h.bytes, sizeof w);
+  std::memcpy(&w, h.bytes.data(), sizeof w);
   auto addr = sock::Address::fromWire(w.addr);
   ASSERT_TRUE(addr.ok());
   auto intruder = sock::Socket::connect(addr.value(), sock::Waiter::after(10));

@@ -34,8 +34,6 @@
 
 namespace snccl::net {
 
-constexpr size_t kHandleBytes = 128;  // NCCL_NET_HANDLE_MAXSIZE
-
 // Pointer kinds a device can send from / receive into (ncclNetProperties_t::ptrSupport).
 enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4 };
 
@@ -59,11 +57,13 @@ struct Properties {
 // the 32-bit imm, then padding so that the payload stays 8-byte aligned.
 constexpr size_t kImmPrefixBytes = 8;
 
-// The listen handle: opaque bytes that travel from receiver to sender. While connect()
-// is in progress the plugin may keep its state in the handle, so the caller keeps it
-// alive and unchanged until connect() finishes, fails or is cancelled.
+// The listen handle: opaque bytes that travel from receiver to sender (ConnBlob::payload),
+// as many as the plugin needs (ncclNet's are at most 128; a UCX worker address is more):
+// listen() sizes and fills them. While connect() is in progress the plugin may keep its
+// state in the handle, so the caller keeps it alive and unchanged until connect()
+// finishes, fails or is cancelled.
 struct Handle {
-  unsigned char bytes[kHandleBytes];
+  std::vector<unsigned char> bytes;
 };
 
 // What a plugin's comms derive from; the plugin creates and deletes them (close*).

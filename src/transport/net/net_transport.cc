@@ -110,19 +110,16 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   net::ListenComm* listen = nullptr;
   const int dev = net::pickNetDevice(*n, req.nic, req.channel);
   SNCCL_TRY(n->listen(dev, &handle, &listen));
-  // The handle travels in ConnBlob::name; a plugin whose handle is longer needs a larger
-  // ConnBlob, which is a change to transport.h, not something to truncate silently.
-  for (size_t i = sizeof blob->name; i < sizeof handle.bytes; ++i)
-    if (handle.bytes[i] != 0) {
-      (void)n->closeListen(listen);
-      return InternalError("net plugin %s: listen handle longer than %zu bytes does not fit ConnBlob", n->name(),
-                           sizeof blob->name);
-    }
-  std::memset(blob, 0, sizeof *blob);
+  if (handle.bytes.size() > kMaxConnPayload) {
+    (void)n->closeListen(listen);
+    return InternalError("net plugin %s: a %zu-byte listen handle (at most %zu)", n->name(), handle.bytes.size(),
+                         kMaxConnPayload);
+  }
+  *blob = ConnBlob{};
   std::strncpy(blob->transport, "net", sizeof blob->transport - 1);
   blob->words[0] = req.nsteps;
   blob->words[1] = req.slotBytes;
-  std::memcpy(blob->name, handle.bytes, sizeof blob->name);
+  blob->payload = handle.bytes;  // any length: commConnect sends it after the fixed fields
   net::RingView view = ring->view(req);
   auto entry = std::make_unique<net::RecvEntry>(n, view, listen, entryInfo(req, false, dev));
   ring->setEntry(entry.get());
@@ -144,8 +141,7 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
   SNCCL_ASSIGN_OR_RETURN(
       auto ring, allocRing(req, true, params::getInt(params::Id::NetSendUserBuffers) != 0));
-  net::Handle handle{};
-  std::memcpy(handle.bytes, blob.name, sizeof blob.name);
+  net::Handle handle{blob.payload};
   net::RingView view = ring->view(req);
   const int dev = net::pickNetDevice(*n, req.nic, req.channel);
   auto entry = std::make_unique<net::SendEntry>(n, view, handle, entryInfo(req, true, dev));

@@ -20,7 +20,10 @@ namespace {
 
 constexpr int kLingerMs = 1000;  // how long a clean close waits for the receiver's goodbye
 // Bytes at the end of the handle where an in-progress connect keeps its state.
-constexpr size_t kStageOffset = kHandleBytes - 16;
+// The socket handle: the listener's wire description, then, while a connect is under
+// way, the connector it staged.
+constexpr size_t kSocketHandleBytes = sockwire::kHandleBytes;
+constexpr size_t kStageOffset = kSocketHandleBytes - 16;
 constexpr uint64_t kStageMagic = 0x73746167652d736bull;
 static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlaps the connect stage");
 
@@ -45,18 +48,20 @@ int readSpeedMbps(const std::string& ifname) {
 }
 
 Connector* stagedConnector(const Handle& h) {
+  if (h.bytes.size() != kSocketHandleBytes) return nullptr;
   uint64_t magic = 0;
-  std::memcpy(&magic, h.bytes + kStageOffset, sizeof magic);
+  std::memcpy(&magic, h.bytes.data() + kStageOffset, sizeof magic);
   if (magic != kStageMagic) return nullptr;
   Connector* c = nullptr;
-  std::memcpy(&c, h.bytes + kStageOffset + 8, sizeof c);
+  std::memcpy(&c, h.bytes.data() + kStageOffset + 8, sizeof c);
   return c;
 }
 
 void setStage(Handle* h, Connector* c) {
+  if (h->bytes.size() != kSocketHandleBytes) return;  // not a socket handle: Connector::start refused it
   uint64_t magic = c != nullptr ? kStageMagic : 0;
-  std::memcpy(h->bytes + kStageOffset, &magic, sizeof magic);
-  std::memcpy(h->bytes + kStageOffset + 8, &c, sizeof c);
+  std::memcpy(h->bytes.data() + kStageOffset, &magic, sizeof magic);
+  std::memcpy(h->bytes.data() + kStageOffset + 8, &c, sizeof c);
 }
 
 class SocketNet : public Net {

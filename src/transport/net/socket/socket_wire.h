@@ -40,6 +40,10 @@ struct HandleWire {
   sock::Address::Wire addr;
 };
 
+// Bytes of a socket listen handle (net::Handle), as NCCL_NET_HANDLE_MAXSIZE: HandleWire
+// and the connect stage (socket_net.cc).
+constexpr size_t kHandleBytes = 128;
+
 struct Hello {
   uint32_t magic;
   uint16_t version;
