@@ -118,9 +118,13 @@ class StrictNet : public Net {
     {
       std::lock_guard<std::mutex> lock(mu_);
       SNCCL_TRY(check(comm, mh, data, size, "isend"));
+    }
+    SNCCL_TRY(inner_->isend(comm, data, size, tag, imm_ ? imm : 0, nullptr, request));
+    if (*request != nullptr) {  // started: a refused isend (no credit yet) is retried
+      std::lock_guard<std::mutex> lock(mu_);
       sends_.push_back({comm, reinterpret_cast<uintptr_t>(data), size});
     }
-    return inner_->isend(comm, data, size, tag, imm_ ? imm : 0, nullptr, request);
+    return OkStatus();
   }
   Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int* tags, MemHandle** mhs,
                Request** request) override {
@@ -187,7 +191,7 @@ class StrictNet : public Net {
     std::lock_guard<std::mutex> lock(mu_);
     return violations_;
   }
-  // Messages sent from / receives posted or moved into [p, p + bytes).
+  // Sends started from / receives posted or moved into [p, p + bytes).
   size_t sendsWithin(const void* p, size_t bytes) const { return within(sends_, p, bytes); }
   size_t recvsWithin(const void* p, size_t bytes) const { return within(recvs_, p, bytes); }
   size_t sends() const {
