@@ -38,24 +38,24 @@ Cluster strictCluster(int nranks, const char* net = "Strict") {
   return c;
 }
 
-// Registrations per comm that lie outside the given user ranges: the ring's slots, which
-// every comm registers exactly once. "" when so, else what is wrong.
 using Variant = nettest::StrictNet::Variant;
 
+// Each comm registers its ring's slots (its wire slots, without imm) first, when it
+// comes up, and never again; its other registrations are ranges of the RegCache (the
+// user's buffers, scratch). "" when so, else what is wrong.
 std::string ringRegistrationsOnce(const std::vector<std::pair<const void*, size_t>>& user,
                                   Variant v = nettest::StrictNet::kStrict) {
-  std::map<const void*, int> perComm;
-  for (const nettest::StrictNet::Reg& r : strictNet(v)->registrations()) {
-    bool inUser = false;
-    for (auto [p, n] : user) {
-      auto b = reinterpret_cast<uintptr_t>(p);
-      if (r.begin >= b && r.begin + r.bytes <= b + n) inUser = true;
-    }
-    if (!inUser) ++perComm[r.comm];
-  }
+  std::map<const void*, std::vector<nettest::StrictNet::Reg>> perComm;
+  for (const nettest::StrictNet::Reg& r : strictNet(v)->registrations()) perComm[r.comm].push_back(r);
   if (perComm.empty()) return "no ring was registered";
-  for (auto [comm, n] : perComm)
-    if (n != 1) return "a comm registered " + std::to_string(n) + " areas besides the user's buffers";
+  for (const auto& [comm, regs] : perComm) {
+    const nettest::StrictNet::Reg& ring = regs.front();
+    for (auto [p, n] : user)
+      if (ring.begin == reinterpret_cast<uintptr_t>(p)) return "a comm registered a user buffer before its ring";
+    size_t again = 0;
+    for (size_t i = 1; i < regs.size(); ++i) again += regs[i].begin == ring.begin && regs[i].bytes == ring.bytes;
+    if (again != 0) return "a comm registered its ring " + std::to_string(again + 1) + " times";
+  }
   return "";
 }
 
