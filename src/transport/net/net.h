@@ -19,6 +19,8 @@
 //    sleeps in poll() instead of spinning over test() as NCCL's proxy does. A plugin with
 //    nothing to offer returns false and the proxy polls it on a short timer.
 //  - cancelConnect(): frees a half-done connect the caller gives up on.
+//  - The listen Handle has as many bytes as the plugin needs, not NCCL's fixed 128 (an
+//    adapter copies an ncclNet handle into it).
 // Every call returns a Status; nothing throws. A comm is used by one thread at a time.
 #pragma once
 
