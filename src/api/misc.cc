@@ -31,13 +31,15 @@ SNCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
 }
 
 // Host buffers need no registration for the shm and local transports; the handle
-// records the range so deregistration can be checked.
+// records the range so deregistration can be checked, and net plugins that need
+// registration register it with their comms when a message first uses it
+// (net/reg_cache.h, which also says what deregistering a buffer in use does).
 SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   Status st = checkComm(comm, false);
   if (st.ok() && (handle == nullptr || (buff == nullptr && size > 0)))
     st = InvalidArgument("handle is NULL or buff is NULL");
   if (!st.ok()) return apiResult(st, "ncclCommRegister");
-  auto reg = std::make_unique<Registration>(Registration{buff, size});
+  auto reg = std::make_unique<Registration>(Registration{buff, size, comm->netRegs->add(buff, size)});
   *handle = reg.get();
   std::lock_guard<std::mutex> lock(comm->regMutex);
   comm->registrations.push_back(std::move(reg));
@@ -54,6 +56,7 @@ SNCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle)
     return apiResult(InvalidArgument("handle %p is not registered on this communicator (or was deregistered "
                                      "already)", handle),
                      "ncclCommDeregister");
+  comm->netRegs->remove((*it)->netId);
   regs.erase(it);
   return ncclSuccess;
 }

@@ -28,6 +28,7 @@ constexpr uint32_t kTagConnect = 0x434f4e00;  // "CON"
 constexpr unsigned kConfigMagic = 0xcafebeef;
 
 Status planCommRing(ncclComm* comm);
+net::NicHint planNic(const PeerInfo& self);
 
 Status finishInit(ncclComm* comm) {
   comm->nranks = comm->bootstrap->nranks();
@@ -82,6 +83,9 @@ Status finishInit(ncclComm* comm) {
   comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
   comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
   const bool spansNodes = comm->localRanks < comm->nranks;
+  // Ranks on one node use the net only with shm disabled: no topology lookup for them
+  // (their channels take the plugin's devices in turn).
+  if (spansNodes) comm->netNic = planNic(comm->peers[comm->rank]);
   SNCCL_ASSIGN_OR_RETURN(const SlotGeometry geometry, slotGeometry(spansNodes));
   comm->nsteps = geometry.nsteps;
   comm->slotBytes = geometry.slotBytes;
@@ -163,6 +167,27 @@ Status planCommRing(ncclComm* comm) {
   SN_INFO(log::kGraph, "Ring 00 :%s", order.c_str());
   comm->plan.ring = std::move(ring);
   return OkStatus();
+}
+
+// The NIC the topology planner picks for this rank's inter-node traffic (topo::Plan::
+// rankNic), as the net transport matches it against its plugin's devices (net_device.h).
+// A local choice: each end of a net connection picks its own device. Empty when the
+// topology is unknown or has no NIC.
+net::NicHint planNic(const PeerInfo& self) {
+  net::NicHint hint;
+  const Result<topo::System>& sys = topo::processSystem();
+  if (!sys.ok()) return hint;
+  const topo::RankLocation loc{self.hostHash, std::string(), self.numa};
+  Result<topo::Plan> plan = topo::planChannels(sys.value(), std::span<const topo::RankLocation>(&loc, 1));
+  if (!plan.ok() || plan.value().rankNic.empty() || plan.value().rankNic[0] < 0) return hint;
+  const topo::Node& nic = sys.value().node(plan.value().rankNic[0]);
+  hint.busId = nic.pci.busId;
+  for (const topo::NetPort& port : nic.nic.nets)
+    if (!port.name.empty()) hint.names.push_back(port.name);
+  SN_INFO(log::kGraph | log::kNet, "rank %d: the topology's NIC for inter-node traffic: %s%s%s", self.rank,
+          hint.busId.empty() ? "(no bus id)" : hint.busId.c_str(), hint.names.empty() ? "" : " ",
+          hint.names.empty() ? "" : hint.names[0].c_str());
+  return hint;
 }
 
 PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
@@ -430,11 +455,55 @@ void commSetError(ncclComm* comm, const Status& status) {
     if (c) c->poison(word);
 }
 
+namespace {
+
+// A ConnBlob over the bootstrap: its fixed fields and the payload's length in one
+// message, then the payload in a second (messages of one tag between two ranks arrive
+// in the order they were sent).
+struct ConnBlobWire {
+  char transport[16];
+  uint64_t words[4];
+  char name[96];
+  int32_t channel;
+  uint32_t payloadBytes;
+};
+
+Status sendConnBlob(Bootstrap& boot, int peer, const ConnBlob& blob) {
+  if (blob.payload.size() > kMaxConnPayload)
+    return InternalError("a %zu-byte connection description (at most %zu)", blob.payload.size(), kMaxConnPayload);
+  ConnBlobWire w{};
+  std::memcpy(w.transport, blob.transport, sizeof w.transport);
+  std::memcpy(w.words, blob.words, sizeof w.words);
+  std::memcpy(w.name, blob.name, sizeof w.name);
+  w.channel = blob.channel;
+  w.payloadBytes = uint32_t(blob.payload.size());
+  SNCCL_TRY(boot.send(peer, kTagConnect, &w, sizeof w));
+  if (!blob.payload.empty()) SNCCL_TRY(boot.send(peer, kTagConnect, blob.payload.data(), blob.payload.size()));
+  return OkStatus();
+}
+
+Status recvConnBlob(Bootstrap& boot, int peer, ConnBlob* blob) {
+  ConnBlobWire w{};
+  SNCCL_TRY(boot.recv(peer, kTagConnect, &w, sizeof w));
+  if (w.payloadBytes > kMaxConnPayload)
+    return InternalError("rank %d described a connection with %u bytes (at most %zu)", peer, w.payloadBytes,
+                         kMaxConnPayload);
+  std::memcpy(blob->transport, w.transport, sizeof w.transport);
+  std::memcpy(blob->words, w.words, sizeof w.words);
+  std::memcpy(blob->name, w.name, sizeof w.name);
+  blob->channel = w.channel;
+  blob->payload.resize(w.payloadBytes);
+  if (w.payloadBytes > 0) SNCCL_TRY(boot.recv(peer, kTagConnect, blob->payload.data(), w.payloadBytes));
+  return OkStatus();
+}
+
+}  // namespace
+
 Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std::vector<ConnKey>& recvs) {
   const PeerInfo& self = comm->peers[comm->rank];
   auto request = [&](ConnKey k) {
     return ConnRequest{comm->commHash, comm->rank, k.peer, k.channel, comm->nsteps, comm->slotBytes, &self,
-                       &comm->peers[k.peer]};
+                       &comm->peers[k.peer], comm->netRegs, &comm->netNic};
   };
   for (const std::vector<ConnKey>* keys : {&sends, &recvs})
     for (ConnKey k : *keys)
@@ -451,7 +520,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
     if (conn->receivesAtPointers()) comm->plansRecvs.store(true, std::memory_order_relaxed);
     blob.channel = k.channel;
-    SNCCL_TRY(comm->bootstrap->send(k.peer, kTagConnect, &blob, sizeof blob));
+    SNCCL_TRY(sendConnBlob(*comm->bootstrap, k.peer, blob));
     SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers[k.peer].cudaDev,
             comm->rank, self.cudaDev, t->name);
   }
@@ -459,7 +528,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     std::unique_ptr<Connection>& conn = comm->sendConnOf(k);
     if (conn) continue;
     ConnBlob blob{};
-    SNCCL_TRY(comm->bootstrap->recv(k.peer, kTagConnect, &blob, sizeof blob));
+    SNCCL_TRY(recvConnBlob(*comm->bootstrap, k.peer, &blob));
     blob.transport[sizeof blob.transport - 1] = '\0';
     const TransportDef* t = findTransport(blob.transport);
     if (t == nullptr) return InternalError("rank %d offered unknown transport '%s'", k.peer, blob.transport);

@@ -25,6 +25,8 @@
 #include "core/scratch_pool.h"
 #include "snccl/nccl.h"
 #include "transport/connection.h"
+#include "transport/net/net_device.h"
+#include "transport/net/reg_cache.h"
 #include "transport/transport.h"
 
 namespace snccl {
@@ -42,11 +44,13 @@ Status parseConfig(const ncclConfig_t* user, CommConfig* out);
 
 struct AlgorithmDef;
 
-// A buffer registered with ncclCommRegister (host buffers need no pinning; the record
-// lets deregistration be checked).
+// A buffer registered with ncclCommRegister: the record lets deregistration be checked,
+// and netId is its range in ncclComm::netRegs, where net plugins that need registration
+// find it (shm and local need none).
 struct Registration {
   void* buff;
   size_t size;
+  uint64_t netId;
 };
 
 // One connection of a rank in one direction: the peer and the channel (schedule.h).
@@ -137,6 +141,8 @@ struct ncclComm {
   std::vector<snccl::PeerInfo> peers;
   uint64_t commHash = 0;
   snccl::ChannelPlan plan;  // ring order chosen by the topology planner at creation
+  // The NIC the planner picks for this rank (net/net_device.h), set at init.
+  snccl::net::NicHint netNic;
   // Cost-model inputs (node structure, slot size, SNCCL_ALGO/PROTO), identical on every
   // rank, set once at init; the selector reads them per call. tuneLog: last decisions.
   snccl::tuning::Tuner tuner;
@@ -191,6 +197,10 @@ struct ncclComm {
 
   std::mutex regMutex;
   std::vector<std::unique_ptr<snccl::Registration>> registrations;
+  // The registered ranges the net connections may send from and receive into in place
+  // (net/reg_cache.h): shared with them, as a connection's proxy entry may outlive the
+  // communicator's last reference to it by a flush.
+  std::shared_ptr<snccl::net::RegCache> netRegs = std::make_shared<snccl::net::RegCache>();
 
   std::mutex redOpMutex;
   std::vector<snccl::PreMulOp> preMulOps;  // index i is ncclRedOp_t(ncclNumOps + i)
@@ -202,7 +212,7 @@ struct ncclComm {
   size_t cacheNext = 0;
   // Scratch and staging memory of operations, reused (declared before anything that
   // holds leases from it, so it is destroyed after them).
-  snccl::ScratchPool scratchPool;
+  snccl::ScratchPool scratchPool{netRegs};
   // Reused by blocking calls outside groups, so a small call allocates nothing.
   std::unique_ptr<snccl::CommRunner> soloRunner;
   uint64_t splitCount = 0;

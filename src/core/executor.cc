@@ -112,7 +112,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
       if (blockedConn_ == nullptr) blockedConn_ = rc, blockedSender_ = false;
       return false;
     }
-    if (got != bytes || sig != op.sig) return mismatchError(comm_, op, st.recvPeer, got, bytes, sig);
+    if (got != bytes || !signatureMatches(sig, op.sig)) return mismatchError(comm_, op, st.recvPeer, got, bytes, sig);
   }
   if (primSends(st.prim)) {
     sc = comm_->sendConnOf({st.sendPeer, st.channel}).get();

@@ -103,7 +103,7 @@ Result<bool> CommRunner::mappedRecvAll(const ExecOp& op, uint32_t bytes, Take ta
       blockedConn_ = c, blockedSender_ = false;
       return false;
     }
-    if (got != bytes || sig != op.sig) return mismatchError(comm_, op, peer, got, bytes, sig);
+    if (got != bytes || !signatureMatches(sig, op.sig)) return mismatchError(comm_, op, peer, got, bytes, sig);
     SNCCL_TRY(take(peer, in));
     c->release();
     moved_ = true;

@@ -15,9 +15,11 @@ ScratchLease& ScratchLease::operator=(ScratchLease&& o) noexcept {
     pool_ = o.pool_;
     data_ = o.data_;
     bytes_ = o.bytes_;
+    regId_ = o.regId_;
     o.pool_ = nullptr;
     o.data_ = nullptr;
     o.bytes_ = 0;
+    o.regId_ = 0;
   }
   return *this;
 }
@@ -31,18 +33,25 @@ bool ScratchLease::ensure(ScratchPool& pool, size_t bytes) {
   pool_ = &pool;
   data_ = b.data;
   bytes_ = b.bytes;
+  regId_ = b.regId;
   return true;
 }
 
 void ScratchLease::release() {
-  if (pool_ != nullptr && data_ != nullptr) pool_->give({data_, bytes_});
+  if (pool_ != nullptr && data_ != nullptr) pool_->give({data_, bytes_, regId_});
   pool_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
+  regId_ = 0;
 }
 
 ScratchPool::~ScratchPool() {
-  for (const Block& b : free_) munmap(b.data, b.bytes);
+  for (const Block& b : free_) unmap(b);
+}
+
+void ScratchPool::unmap(const Block& b) {
+  if (regs_ != nullptr && b.regId != 0) regs_->remove(b.regId);
+  munmap(b.data, b.bytes);
 }
 
 ScratchPool::Block ScratchPool::take(size_t bytes) {
@@ -60,9 +69,9 @@ ScratchPool::Block ScratchPool::take(size_t bytes) {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size_t rounded = (bytes + page - 1) / page * page;
   void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) return {nullptr, 0};
+  if (p == MAP_FAILED) return {nullptr, 0, 0};
   touchPagesForWrite(p, rounded);  // common/prefault.h
-  return {static_cast<char*>(p), rounded};
+  return {static_cast<char*>(p), rounded, regs_ != nullptr ? regs_->add(p, rounded) : 0};
 }
 
 void ScratchPool::give(Block b) {
@@ -72,7 +81,7 @@ void ScratchPool::give(Block b) {
     // Drop the smallest: the big ones are the expensive ones to fault in again.
     auto smallest = std::min_element(free_.begin(), free_.end(),
                                      [](const Block& x, const Block& y) { return x.bytes < y.bytes; });
-    munmap(smallest->data, smallest->bytes);
+    unmap(*smallest);
     free_.erase(smallest);
   }
 }

@@ -5,11 +5,19 @@
 //
 // Invariants: a block is owned by at most one Lease at a time; the pool outlives every
 // Lease taken from it (the communicator owns the pool and destroys its runners first).
+//
+// A pool given a RegCache (the communicator's) enters every block it maps there for as
+// long as the block stays mapped, so that net plugins that need registration may send
+// from and receive into scratch memory in place (transport/net/reg_cache.h).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
+
+#include "transport/net/reg_cache.h"
 
 namespace snccl {
 
@@ -35,11 +43,13 @@ class ScratchLease {
   ScratchPool* pool_ = nullptr;
   char* data_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t regId_ = 0;
 };
 
 class ScratchPool {
  public:
   ScratchPool() = default;
+  explicit ScratchPool(std::shared_ptr<net::RegCache> regs) : regs_(std::move(regs)) {}
   ScratchPool(const ScratchPool&) = delete;
   ScratchPool& operator=(const ScratchPool&) = delete;
   ~ScratchPool();
@@ -49,7 +59,9 @@ class ScratchPool {
   struct Block {
     char* data;
     size_t bytes;
+    uint64_t regId;  // its range in regs_ (0: none)
   };
+  void unmap(const Block& b);
   // The smallest free block of at least `bytes`, or a new one; {nullptr, 0} on failure.
   Block take(size_t bytes);
   void give(Block b);
@@ -57,6 +69,7 @@ class ScratchPool {
   static constexpr size_t kMaxFree = 4;  // free blocks kept; more are unmapped
   std::mutex mu_;
   std::vector<Block> free_;  // under mu_
+  std::shared_ptr<net::RegCache> regs_;
 };
 
 }  // namespace snccl

@@ -4,12 +4,15 @@
 //
 // Layout: bit 63 set | seq (24) | coll (4) | dtype (4) | op (8) | root (8) | count hash (15).
 // Point-to-point messages carry 0 (their order is per peer, not per communicator).
+// Net plugins carry a 32-bit digest of it instead (common/signature_digest.h): a message
+// received over them has its signature in digest form, which signatureMatches() accepts.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "collectives/schedule.h"
+#include "common/signature_digest.h"
 #include "common/status.h"
 #include "snccl/nccl.h"
 

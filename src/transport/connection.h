@@ -110,8 +110,9 @@ class ConnMemory {
   virtual bool lightPublish() const { return false; }
   // Whether the ring's other end can send a message straight from memory of this process
   // (Connection::postAt), so that an operation's input need not be copied into a slot.
-  // Only the net rings, whose other end is the proxy thread of this process, and only
-  // with a plugin that sends from any host memory (no registration).
+  // Only the net rings, whose other end is the proxy thread of this process; with a
+  // plugin that needs registration it sends from registered memory and copies the rest
+  // into the message's slot (net/reg_cache.h).
   virtual bool sendsAtPointers() const { return false; }
   // Returns once the other end will not touch memory named by postAt any more: after the
   // ring was poisoned, it lets the other end see the poison (net: under its drive lock),
@@ -120,7 +121,8 @@ class ConnMemory {
   virtual void quiesce() {}
   // Whether the ring's other end posts receives for it, and can post them straight into
   // memory of this process that the receiving end names beforehand (Connection::planRecvs):
-  // the net receive rings, with a plugin that receives into any host memory.
+  // the net receive rings (with a plugin that needs registration, only into registered
+  // memory: net/reg_cache.h).
   virtual bool receivesAtPointers() const { return false; }
   // Message first + t.index of the operation that starts lands at t.at if it has exactly
   // t.bytes, also when its receive was posted before this call, as long as the transport

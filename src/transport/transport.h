@@ -12,13 +12,22 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/connection.h"
 
 namespace snccl {
 
-// What every rank tells the others at init (fixed size: travels in the bootstrap blob).
+namespace net {
+class RegCache;
+struct NicHint;
+}
+
+// What every rank tells the others at init. Fixed size: it travels in the bootstrap's
+// table of equal-sized blocks, one per rank. Endpoint data of variable length (a net
+// plugin's listen handle or worker address) is not here but travels per connection, in
+// ConnBlob::payload.
 struct PeerInfo {
   uint32_t version;       // NCCL_VERSION_CODE of the library
   int32_t rank;
@@ -46,6 +55,11 @@ struct ConnRequest {
   uint32_t slotBytes;
   const PeerInfo* self;
   const PeerInfo* remote;
+  // The communicator's registered memory (net/reg_cache.h), for transports whose plugin
+  // needs registration; null: none.
+  std::shared_ptr<net::RegCache> regs = nullptr;
+  // The NIC the topology planner picked for this rank (net/net_device.h); null: none.
+  const net::NicHint* nic = nullptr;
 };
 
 // Whether the ring between the two ranks of `req` publishes without a full fence
@@ -53,13 +67,20 @@ struct ConnRequest {
 // processBarrier(). Both ends compute it from the same two PeerInfos, so they agree.
 inline bool lightPublish(const ConnRequest& req) { return req.self->processBarrier && req.remote->processBarrier; }
 
-// Receiver -> sender description of a ring (a shm name, a pointer in this process, ...).
+// Receiver -> sender description of a ring (a shm name, a pointer in this process, a net
+// plugin's listen handle, ...). The fixed fields hold what the node-local transports need;
+// `payload` holds bytes of any length (a net plugin's handle: a UCX worker address is
+// larger than any fixed field would be). commConnect sends the fixed fields with the
+// payload's length, then the payload, over the bootstrap.
 struct ConnBlob {
-  char transport[16];
-  uint64_t words[4];
-  char name[96];
-  int32_t channel;  // set by commConnect; the sender checks it names the connection it expects
+  char transport[16] = {};
+  uint64_t words[4] = {};
+  char name[96] = {};
+  int32_t channel = 0;  // set by commConnect; the sender checks it names the connection it expects
+  std::vector<unsigned char> payload;
 };
+// The largest ConnBlob::payload commConnect accepts (a sanity bound, not a format limit).
+constexpr size_t kMaxConnPayload = size_t(1) << 20;
 
 struct TransportDef {
   const char* name;

@@ -88,7 +88,7 @@ Request* postRecv(Net* net, RecvComm* rc, void* buf, size_t size, int tag = 0) {
 
 // Tests the request until it completes or fails; progresses `other` meanwhile (the
 // other end of the pair lives on this thread too).
-Status waitReq(Net* net, Request* r, size_t* size = nullptr, uint64_t* imm = nullptr,
+Status waitReq(Net* net, Request* r, size_t* size = nullptr, uint32_t* imm = nullptr,
                const std::function<void()>& other = {}, int timeoutSec = 20) {
   auto deadline = Clock::now() + std::chrono::seconds(timeoutSec);
   while (Clock::now() < deadline) {
@@ -186,7 +186,7 @@ TEST(SocketNet, IsendWaitsForPostedReceive) {
   ASSERT_TRUE(net->isend(p.send, src.data(), src.size(), 0, 43, nullptr, &extra).ok());
   EXPECT_EQ(extra, nullptr);
   size_t got = 0;
-  uint64_t imm = 0;
+  uint32_t imm = 0;
   ASSERT_TRUE(waitReq(net, sr).ok());
   Status s = waitReq(net, rr, &got, &imm);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -229,7 +229,7 @@ void stream(Net* net, Pair& p, const std::vector<size_t>& sizes, size_t window) 
     while (!recvs.empty()) {
       bool done = false;
       size_t got = 0;
-      uint64_t imm = 0;
+      uint32_t imm = 0;
       Status s = net->test(recvs.front().first, &done, &got, &imm);
       ASSERT_TRUE(s.ok()) << s.message();
       if (!done) break;
@@ -283,7 +283,7 @@ TEST(SocketNet, InlineMessagesWaitWhileTheReceiverDoesNotRead) {
   for (int i = 0; i < kMessages; ++i) {
     Request* r = nullptr;
     while (r == nullptr && Clock::now() < deadline) {
-      Status s = net->isend(p.send, src[size_t(i)].data(), size, 0, uint64_t(i), nullptr, &r);
+      Status s = net->isend(p.send, src[size_t(i)].data(), size, 0, uint32_t(i), nullptr, &r);
       ASSERT_TRUE(s.ok()) << s.message();
     }
     ASSERT_NE(r, nullptr) << "no credit for message " << i;
@@ -299,11 +299,11 @@ TEST(SocketNet, InlineMessagesWaitWhileTheReceiverDoesNotRead) {
   };
   for (int i = 0; i < kMessages; ++i) {
     size_t got = 0;
-    uint64_t imm = 0;
+    uint32_t imm = 0;
     Status st = waitReq(net, recvs[size_t(i)], &got, &imm, progressSends);
     ASSERT_TRUE(st.ok()) << "message " << i << ": " << st.message();
     EXPECT_EQ(got, size);
-    EXPECT_EQ(imm, uint64_t(i));
+    EXPECT_EQ(imm, uint32_t(i));
     EXPECT_TRUE(dst[size_t(i)] == src[size_t(i)]) << "message " << i << " corrupted";
   }
   while (nextSend < sends.size()) {
@@ -400,7 +400,7 @@ TEST(SocketNet, StreamCountsFromOneToMany) {
     auto deadline = Clock::now() + std::chrono::seconds(20);
     bool rdone = false, sdone = false;
     size_t got = 0;
-    uint64_t imm = 0;
+    uint32_t imm = 0;
     while ((!rdone || !sdone) && Clock::now() < deadline) {
       if (sr == nullptr) {
         auto r = sender.isend(src.data(), src.size(), 7, 99);
@@ -447,7 +447,7 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
     socknet::SockRequest* sr = nullptr;
     auto deadline = Clock::now() + std::chrono::seconds(5);
     while (sr == nullptr && Clock::now() < deadline) {
-      auto r = sender.isend(&word, sizeof word, 0, uint64_t(i));
+      auto r = sender.isend(&word, sizeof word, 0, uint32_t(i));
       ASSERT_TRUE(r.ok()) << r.status().message();
       sr = r.value();
     }
@@ -463,11 +463,11 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
     posted.pop_front();
     bool done = false;
     size_t got = 0;
-    uint64_t imm = 0;
+    uint32_t imm = 0;
     auto deadline = Clock::now() + std::chrono::seconds(5);
     while (!done && Clock::now() < deadline) ASSERT_TRUE(receiver.test(rr, &done, &got, &imm).ok());
     ASSERT_TRUE(done) << "message " << i << " never arrived";
-    EXPECT_EQ(imm, uint64_t(i));
+    EXPECT_EQ(imm, uint32_t(i));
     uint64_t word = 0;
     std::memcpy(&word, slots[size_t(i % kSlots)].data(), sizeof word);
     EXPECT_EQ(word, uint64_t(i) * 0x9e3779b97f4a7c15ull) << "message " << i;
@@ -506,19 +506,19 @@ TEST(SocketNet, CreditsGoOutInBatchesWithoutStrandingTheSender) {
     uint64_t word = uint64_t(i) * 0x9e3779b97f4a7c15ull;
     auto deadline = Clock::now() + std::chrono::seconds(5);
     while (sr == nullptr && Clock::now() < deadline) {
-      auto r = sender.isend(&word, sizeof word, 0, uint64_t(i));
+      auto r = sender.isend(&word, sizeof word, 0, uint32_t(i));
       ASSERT_TRUE(r.ok()) << r.status().message();
       sr = r.value();
       if (sr == nullptr && !posted.empty()) {
         bool done = false;
         size_t got = 0;
-        uint64_t imm = 0;
+        uint32_t imm = 0;
         // Test (not complete) the oldest receive: matching arrived frames releases credits.
         ASSERT_TRUE(receiver.test(posted.front(), &done, &got, &imm).ok());
         if (done) {
           int k = nextPost - int(posted.size());
           posted.pop_front();
-          EXPECT_EQ(imm, uint64_t(k));
+          EXPECT_EQ(imm, uint32_t(k));
         }
       }
     }
@@ -583,7 +583,7 @@ TEST(SocketNet, PostedReceiveMovesUntilItsMessageStartsArriving) {
   Request* r1 = postRecv(net, p.recv, slot1.data(), slot1.size());
   Request* r2 = postRecv(net, p.recv, slot2.data(), slot2.size());
   ASSERT_TRUE(r1 && r2);
-  EXPECT_TRUE(net->retargetRecv(r1, target1.data(), target1.size()));
+  EXPECT_TRUE(net->retargetRecv(r1, target1.data(), target1.size(), nullptr));
   Request* s1 = send(src1);
   ASSERT_NE(s1, nullptr);
   size_t got = 0;
@@ -605,7 +605,7 @@ TEST(SocketNet, PostedReceiveMovesUntilItsMessageStartsArriving) {
     if (s2 != nullptr && net->test(s2, &sd, nullptr, nullptr).ok() && sd) s2 = nullptr;
   }
   ASSERT_EQ(std::memcmp(slot2.data(), src2.data(), 64), 0) << "no byte of the message arrived";
-  EXPECT_FALSE(net->retargetRecv(r2, target2.data(), target2.size())) << "moved a receive whose data was arriving";
+  EXPECT_FALSE(net->retargetRecv(r2, target2.data(), target2.size(), nullptr)) << "moved a receive whose data was arriving";
   st = finish(r2, s2, &got);
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_EQ(got, big);
@@ -618,7 +618,7 @@ TEST(SocketNet, PostedReceiveMovesUntilItsMessageStartsArriving) {
     std::vector<char> slot3(4000, 0), target3(targetBytes, 0);
     Request* r3 = postRecv(net, p.recv, slot3.data(), slot3.size());
     ASSERT_NE(r3, nullptr);
-    ASSERT_TRUE(net->retargetRecv(r3, target3.data(), target3.size()));
+    ASSERT_TRUE(net->retargetRecv(r3, target3.data(), target3.size(), nullptr));
     std::vector<char> src3 = pattern(1000, 5);
     Request* s3 = send(src3);
     ASSERT_NE(s3, nullptr);
@@ -783,7 +783,7 @@ TEST(SocketNet, ListenerDropsConnectionsWithoutTheKey) {
   ListenComm* l = nullptr;
   ASSERT_TRUE(net->listen(0, &h, &l).ok());
   sockwire::HandleWire w;
-  std::memcpy(&w, h.bytes, sizeof w);
+  std::memcpy(&w, h.bytes.data(), sizeof w);
   auto addr = sock::Address::fromWire(w.addr);
   ASSERT_TRUE(addr.ok());
   auto intruder = sock::Socket::connect(addr.value(), sock::Waiter::after(10));

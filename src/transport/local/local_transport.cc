@@ -65,7 +65,7 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   }
   auto ctrl = static_cast<ConnCtrl*>(base);
   initConnCtrl(ctrl, req.nsteps, req.slotBytes);
-  std::memset(blob, 0, sizeof *blob);
+  *blob = ConnBlob{};
   std::strncpy(blob->transport, "local", sizeof blob->transport - 1);
   blob->words[0] = static_cast<uint64_t>(fd);
   blob->words[1] = static_cast<uint64_t>(st.st_ino);

@@ -10,13 +10,17 @@
 // order they were posted on a comm.
 //
 // Differences from ncclNet_t, all additive:
-//  - `imm`: 8 bytes of out-of-band data carried with each message and returned by test()
-//    on the receiver (snccl sends the operation signature in it). An adapter for an
-//    external ncclNet plugin would prefix it to the payload.
+//  - `imm`: 32 bits of out-of-band data carried with each message and returned by test()
+//    on the receiver, as a verbs RDMA_WRITE_WITH_IMM carries its immediate data (snccl
+//    sends the operation signature's digest in it: common/signature_digest.h). A plugin
+//    that cannot carry it (an ncclNet_v8+ adapter) says so in Properties::imm, and the
+//    net transport then prefixes it to the payload itself (net_entry.h).
 //  - pollFds(): descriptors whose readiness means progress may be possible, so the proxy
 //    sleeps in poll() instead of spinning over test() as NCCL's proxy does. A plugin with
 //    nothing to offer returns false and the proxy polls it on a short timer.
 //  - cancelConnect(): frees a half-done connect the caller gives up on.
+//  - The listen Handle has as many bytes as the plugin needs, not NCCL's fixed 128 (an
+//    adapter copies an ncclNet handle into it).
 // Every call returns a Status; nothing throws. A comm is used by one thread at a time.
 #pragma once
 
@@ -32,8 +36,6 @@
 
 namespace snccl::net {
 
-constexpr size_t kHandleBytes = 128;  // NCCL_NET_HANDLE_MAXSIZE
-
 // Pointer kinds a device can send from / receive into (ncclNetProperties_t::ptrSupport).
 enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4 };
 
@@ -48,13 +50,22 @@ struct Properties {
   int maxComms = 0;
   int maxRecvs = 1;        // receives that irecv may group in one request
   size_t maxP2pBytes = 0;  // largest single message
+  // Whether isend's imm reaches the receiver's test(). False: the plugin ignores it, and
+  // the net transport sends it as the first kImmPrefixBytes of each message instead.
+  bool imm = true;
 };
 
-// The listen handle: opaque bytes that travel from receiver to sender. While connect()
-// is in progress the plugin may keep its state in the handle, so the caller keeps it
-// alive and unchanged until connect() finishes, fails or is cancelled.
+// The prefix the net transport puts in front of each message on a plugin without imm:
+// the 32-bit imm, then padding so that the payload stays 8-byte aligned.
+constexpr size_t kImmPrefixBytes = 8;
+
+// The listen handle: opaque bytes that travel from receiver to sender (ConnBlob::payload),
+// as many as the plugin needs (ncclNet's are at most 128; a UCX worker address is more):
+// listen() sizes and fills them. While connect() is in progress the plugin may keep its
+// state in the handle, so the caller keeps it alive and unchanged until connect()
+// finishes, fails or is cancelled.
 struct Handle {
-  unsigned char bytes[kHandleBytes];
+  std::vector<unsigned char> bytes;
 };
 
 // What a plugin's comms derive from; the plugin creates and deletes them (close*).
@@ -90,17 +101,21 @@ class Net {
   virtual Status accept(ListenComm* listenComm, RecvComm** recvComm) = 0;
   virtual void cancelConnect(Handle* handle) = 0;
 
-  // Memory registration (type: a PtrSupport bit). Host memory needs none on sockets.
+  // Memory registration (type: a PtrSupport bit). Host memory needs none on sockets. The
+  // net transport registers each ring's slot area with its comm once the comm exists,
+  // and the ranges of the communicator's RegCache (reg_cache.h) when a message first
+  // uses them; it passes a handle covering [data, data + size) to every isend, irecv and
+  // retargetRecv, and deregisters everything before it closes the comm.
   virtual Status regMr(Comm* comm, void* data, size_t size, int type, MemHandle** mh) = 0;
   // Whether isend and irecv accept any host memory without a MemHandle (no registration),
-  // so that the executor's buffers may be sent from and received into as they are
-  // (ConnMemory::sendsAtPointers, ConnMemory::receivesAtPointers).
+  // so that the executor's buffers may be sent from and received into as they are. When
+  // false, only registered ranges are (reg_cache.h); other memory goes through slots.
   virtual bool usesUnregisteredHostMemory() const { return false; }
   virtual Status deregMr(Comm* comm, MemHandle* mh) = 0;
 
   // *request is null when the message cannot be started yet (no posted receive at the
   // peer, or too many requests in flight): call again later.
-  virtual Status isend(SendComm* comm, void* data, size_t size, int tag, uint64_t imm, MemHandle* mh,
+  virtual Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle* mh,
                        Request** request) = 0;
   // Posts n receives (n <= maxRecvs); *request is null when none can be posted now.
   virtual Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int* tags, MemHandle** mhs,
@@ -108,14 +123,18 @@ class Net {
   // Not in ncclNet: asks that the message a posted single receive gets land at `data`
   // instead, if it has exactly `size` bytes; a message of any other size still lands
   // where the receive was posted, so the caller tells where it is from the size test()
-  // reports. True when the plugin will do so; false when it cannot (the default) or the
-  // message may already have begun to arrive: then it lands where it was posted.
-  virtual bool retargetRecv(Request* /*request*/, void* /*data*/, size_t /*size*/) { return false; }
+  // reports. `mh` registers [data, data + size) on the request's comm (null on a plugin
+  // that uses unregistered host memory). True when the plugin will do so; false when it
+  // cannot (the default) or the message may already have begun to arrive: then it lands
+  // where it was posted.
+  virtual bool retargetRecv(Request* /*request*/, void* /*data*/, size_t /*size*/, MemHandle* /*mh*/) {
+    return false;
+  }
   // Makes received data visible to a device (GPUDirect); a completed no-op on hosts.
   virtual Status iflush(RecvComm* comm, int n, void** data, int* sizes, MemHandle** mhs, Request** request) = 0;
   // Progresses the request's comm. Once *done is set (or an error is returned) the
   // request is gone. sizes[i] / imm: what arrived (receives) or was sent.
-  virtual Status test(Request* request, bool* done, size_t* sizes, uint64_t* imm) = 0;
+  virtual Status test(Request* request, bool* done, size_t* sizes, uint32_t* imm) = 0;
 
   // Appends the descriptors (and events) to wait for before the next test() can make
   // progress. False when the plugin cannot tell (the caller then polls on a timer).
@@ -144,6 +163,11 @@ struct NetDef {
 };
 
 std::span<const NetDef> netPlugins();
+
+// Plugins a test binary adds after the table's (a test that links the static layers and
+// defines it: a weak reference, so the shared libraries, which never define it, see
+// none). SNCCL_NET picks them by name as it does the table's.
+[[gnu::weak, gnu::visibility("hidden")]] std::span<const NetDef> testNetPlugins();
 
 // A short name of an ncclResult_t for messages (the transport layer sits below the API
 // that owns ncclGetErrorString).

@@ -1,14 +1,28 @@
 // Net proxy entries: ring <-> net comm, both directions.
 #include "transport/net/net_entry.h"
 
+#include <cstring>
+
 #include "common/log.h"
+#include "common/signature_digest.h"
 #include "common/wait.h"
 
 namespace snccl::net {
 
 using Clock = std::chrono::steady_clock;
 
-NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info) : net_(net), ring_(ring), info_(std::move(info)) {}
+NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info)
+    : net_(net),
+      ring_(ring),
+      info_(std::move(info)),
+      needsReg_(!net->usesUnregisteredHostMemory()),
+      prefixImm_([&] {
+        Properties p;
+        return net->getProperties(info_.dev, &p).ok() && !p.imm;
+      }()),
+      mrs_(net, info_.regs) {
+  if (prefixImm_) wire_.resize(ring_.nsteps * wireSlotBytes());
+}
 
 bool NetEntry::pollFds(std::vector<pollfd>* fds) {
   if (state_ == State::kFailed) return true;
@@ -45,7 +59,7 @@ bool NetEntry::handleLocalPoison() {
   return true;
 }
 
-NetEntry::Oldest NetEntry::testOldest(size_t* size, uint64_t* imm) {
+NetEntry::Oldest NetEntry::testOldest(size_t* size, uint32_t* imm) {
   bool done = false;
   Status s = net_->test(inflight_.front().req, &done, size, imm);
   if (!s.ok()) {
@@ -106,11 +120,29 @@ void NetEntry::poisonRing(uint32_t code) {
   futexWakeAll(&c->headSeq);
 }
 
-void NetEntry::setActive() {
+bool NetEntry::setActive() {
+  Status s = prefixImm_ ? mrs_.registerRing(comm(), wire_.data(), wire_.size())
+                        : mrs_.registerRing(comm(), ring_.slots, size_t(ring_.nsteps) * ring_.slotBytes);
+  if (!s.ok()) {
+    fail(s.addContext("registering the ring's slots"));
+    return false;
+  }
   state_ = State::kActive;
   Properties p;
-  std::string dev = net_->getProperties(0, &p).ok() ? p.name : "?";
-  SN_INFO(log::kNet, "NET : %s: connected via NET/%s/0 (%s)", info_.what.c_str(), net_->name(), dev.c_str());
+  std::string dev = net_->getProperties(info_.dev, &p).ok() ? p.name : "?";
+  SN_INFO(log::kNet, "NET : %s: connected via NET/%s/%d (%s)", info_.what.c_str(), net_->name(), info_.dev,
+          dev.c_str());
+  return true;
+}
+
+MemHandle* NetEntry::userMr(const char* at, size_t bytes, bool* registered) {
+  if (!needsReg_) {
+    *registered = true;
+    return nullptr;
+  }
+  MemHandle* mh = mrs_.lookup(comm(), at, bytes, posted_);
+  *registered = mh != nullptr;
+  return mh;
 }
 
 // ---- Sender ------------------------------------------------------------------------
@@ -122,14 +154,15 @@ bool SendEntry::progress() {
   if (state_ == State::kFailed) return false;
   if (handleLocalPoison()) return true;
   if (state_ == State::kSetup) {
-    Status s = net_->connect(0, &handle_, &comm_);
+    Status s = net_->connect(info_.dev, &handle_, &comm_);
     if (!s.ok()) {
       fail(s);
       return true;
     }
     if (comm_ == nullptr) return false;
-    setActive();
+    if (!setActive()) return true;
   }
+  if (needsReg_) mrs_.reclaim(comm_, posted_, done_);
   // New messages go out first (they are on the peer's critical path), then completions
   // free their slots (a send just handed over often completes in the same pass).
   bool moved = false;
@@ -137,11 +170,12 @@ bool SendEntry::progress() {
   seen_ = tail;
   while (posted_ < tail) {
     const ConnFifoEntry& e = ring_.ctrl->fifo[posted_ % ring_.nsteps];
-    // A message posted with Connection::postAt is sent from the executor's memory, which
-    // stays unchanged until head passes it (the operation waits for that).
-    void* data = e.where == kAtPointer ? const_cast<char*>(e.at) : ring_.slot(posted_);
+    void* data = nullptr;
+    size_t bytes = 0;
+    MemHandle* mh = nullptr;
+    if (!wireMessage(e, &data, &bytes, &mh)) return true;
     Request* r = nullptr;
-    Status s = net_->isend(comm_, data, e.bytes, 0, e.sig, nullptr, &r);
+    Status s = net_->isend(comm_, data, bytes, 0, signatureDigest(e.sig), mh, &r);
     if (!s.ok()) {
       fail(s);
       return true;
@@ -160,6 +194,50 @@ bool SendEntry::progress() {
     moved = true;
   }
   return moved;
+}
+
+bool SendEntry::wireMessage(const ConnFifoEntry& e, void** data, size_t* bytes, MemHandle** mh) {
+  // A message posted with Connection::postAt is sent from the executor's memory, which
+  // stays unchanged until head passes it (the operation waits for that), when the plugin
+  // can send from it (registered, or no registration needed); else it is copied into its
+  // slot, the credit the executor took for it and left unused. Without imm, every message
+  // is copied behind its prefix into its wire slot. A copy is made once per message, not
+  // again while the send waits for credit.
+  *data = ring_.slot(posted_);
+  *bytes = e.bytes;
+  *mh = mrs_.ring();
+  bool copy = prefixImm_;
+  if (!prefixImm_ && e.where == kAtPointer) {
+    bool registered = false;
+    MemHandle* at = userMr(e.at, e.bytes, &registered);
+    if (registered) {
+      *data = const_cast<char*>(e.at);
+      *mh = at;
+    } else {
+      copy = true;
+    }
+  }
+  if (!copy) return true;
+  const char* from = e.where == kAtPointer ? e.at : ring_.slot(posted_);
+  char* to = ring_.slot(posted_);
+  if (prefixImm_) {
+    to = wireSlot(posted_);
+    *data = to;
+    *bytes += kImmPrefixBytes;
+  }
+  if (copied_ == posted_ + 1) return true;
+  if (e.bytes > ring_.slotBytes) {
+    fail(InternalError("a %u-byte message does not fit a %u-byte slot", e.bytes, ring_.slotBytes));
+    return false;
+  }
+  if (prefixImm_) {
+    uint32_t imm = signatureDigest(e.sig);
+    std::memcpy(to, &imm, sizeof imm);
+    to += kImmPrefixBytes;
+  }
+  if (to != from) std::memcpy(to, from, e.bytes);
+  copied_ = posted_ + 1;
+  return true;
 }
 
 void SendEntry::settle() {
@@ -204,6 +282,7 @@ bool SendEntry::detachReady() {
 
 void SendEntry::closeComm(uint32_t abortCode) {
   if (comm_ != nullptr) {
+    mrs_.releaseAll(comm_);
     Status s = net_->closeSend(comm_, abortCode);
     if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", info_.what.c_str(), s.message().c_str());
     comm_ = nullptr;
@@ -229,12 +308,12 @@ bool RecvEntry::progress() {
     if (comm_ == nullptr) return false;
     (void)net_->closeListen(listen_);
     listen_ = nullptr;
-    setActive();
+    if (!setActive()) return true;
   }
   bool moved = retarget();
   while (!inflight_.empty()) {
     size_t size = 0;
-    uint64_t imm = 0;
+    uint32_t imm = 0;
     const InFlight f = inflight_.front();  // gone from inflight_ once done
     Oldest t = testOldest(&size, &imm);
     if (t == Oldest::kFailed) return true;
@@ -242,8 +321,9 @@ bool RecvEntry::progress() {
     ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
     // A moved receive lands at its target only with exactly the planned size (retargetRecv).
     const char* at = f.at != nullptr && size == f.atBytes ? f.at : nullptr;
+    if (prefixImm_ && !unwrapPrefix(&size, &imm, &at)) return true;
     e.bytes = uint32_t(size);
-    e.sig = imm;
+    e.sig = signatureFromDigest(imm);
     e.where = at != nullptr ? kAtPointer : kInSlot;  // tail's release store publishes these
     e.at = at;
     publish(ring_.ctrl->tail, ++done_, ring_.ctrl->recvSleeping, ring_.ctrl->tailSeq);
@@ -256,12 +336,14 @@ bool RecvEntry::postReceives() {
   bool moved = false;
   uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
   seen_ = head;
+  if (needsReg_) mrs_.reclaim(comm_, posted_, done_);
   while (posted_ < head + ring_.nsteps) {
-    void* data = ring_.slot(posted_);
-    size_t size = ring_.slotBytes;
+    void* data = prefixImm_ ? wireSlot(posted_) : ring_.slot(posted_);
+    size_t size = prefixImm_ ? wireSlotBytes() : ring_.slotBytes;
     int tag = 0;
+    MemHandle* mh = mrs_.ring();
     Request* r = nullptr;
-    Status s = net_->irecv(comm_, 1, &data, &size, &tag, nullptr, &r);
+    Status s = net_->irecv(comm_, 1, &data, &size, &tag, &mh, &r);
     if (!s.ok()) {
       fail(s);
       return true;
@@ -272,7 +354,7 @@ bool RecvEntry::postReceives() {
     // count) still lands in the slot, where the executor reports the mismatch.
     uint32_t targetBytes = 0;
     const char* target = ring_.plan != nullptr ? ring_.plan->find(posted_, &targetBytes) : nullptr;
-    if (target != nullptr && !net_->retargetRecv(r, const_cast<char*>(target), targetBytes)) target = nullptr;
+    if (target != nullptr && !retargetTo(r, target, targetBytes)) target = nullptr;
     inflight_.push_back({r, target, targetBytes});
     ++posted_;
     moved = true;
@@ -304,13 +386,36 @@ bool RecvEntry::retarget() {
     uint32_t bytes = 0;
     const char* target = ring_.plan->find(done_ + i, &bytes);
     if (f.at != nullptr || target == nullptr) continue;
-    if (net_->retargetRecv(f.req, const_cast<char*>(target), bytes)) {
+    if (retargetTo(f.req, target, bytes)) {
       f.at = target;
       f.atBytes = bytes;
       moved = true;
     }
   }
   return moved;
+}
+
+bool RecvEntry::unwrapPrefix(size_t* size, uint32_t* imm, const char** at) {
+  if (*size < kImmPrefixBytes) {
+    fail(InternalError("a %zu-byte message is shorter than its %zu-byte imm prefix (the peer uses another net "
+                       "plugin?)",
+                       *size, kImmPrefixBytes));
+    return false;
+  }
+  const char* w = wireSlot(done_);
+  std::memcpy(imm, w, sizeof *imm);
+  *at = w + kImmPrefixBytes;
+  *size -= kImmPrefixBytes;
+  return true;
+}
+
+bool RecvEntry::retargetTo(Request* r, const char* target, uint32_t bytes) {
+  // Only into memory the plugin can receive into (registered, or no registration needed),
+  // and not behind a prefix (it would land in front of the target).
+  if (prefixImm_) return false;
+  bool registered = false;
+  MemHandle* mh = userMr(target, bytes, &registered);
+  return registered && net_->retargetRecv(r, const_cast<char*>(target), bytes, mh);
 }
 
 bool RecvEntry::arm() {
@@ -330,6 +435,7 @@ void RecvEntry::closeComm(uint32_t abortCode) {
     listen_ = nullptr;
   }
   if (comm_ != nullptr) {
+    mrs_.releaseAll(comm_);
     Status s = net_->closeRecv(comm_, abortCode);
     if (!s.ok()) SN_INFO(log::kNet, "NET : %s: close: %s", info_.what.c_str(), s.message().c_str());
     comm_ = nullptr;

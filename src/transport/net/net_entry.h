@@ -14,6 +14,21 @@
 // sending executor can run at most nsteps messages ahead of what the receiving executor
 // has consumed plus what the network holds.
 //
+// Memory: a plugin that needs registration (Net::usesUnregisteredHostMemory() false) gets
+// a MemHandle with every isend, irecv and retargetRecv: the ring's slots, registered once
+// the comm exists, or a range of the communicator's RegCache (reg_cache.h) that covers
+// the executor's memory the message names; memory that no range covers goes through the
+// slot (the sender copies it there; the receiver does not move the receive). Everything
+// is deregistered before the comm is closed.
+//
+// The operation signature travels as its 32-bit digest (common/signature_digest.h) in the
+// message's imm, or, on a plugin without imm (Properties::imm), in a kImmPrefixBytes
+// prefix of the message. Then each entry has its own "wire slots" of slotBytes + the
+// prefix, registered in place of the ring's slots: the sender copies each message behind
+// the prefix there, and the receiver receives there and hands the executor the payload
+// by pointer (kAtPointer), so the ring's geometry, which both ends agree on, is unchanged
+// and nothing is received straight into the user's memory.
+//
 // Failures: a net error poisons the ring (the executor then reports the peer instead of
 // waiting for its timeout) and leaves its cause in the ring's FailureNote, which the
 // executor appends to the user's error. The poison word names where the failure started:
@@ -27,6 +42,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -35,6 +51,7 @@
 #include "transport/connection.h"
 #include "transport/net/net.h"
 #include "transport/net/proxy.h"
+#include "transport/net/reg_cache.h"
 
 namespace snccl::net {
 
@@ -44,6 +61,10 @@ struct EntryInfo {
   int rank;
   int peer;
   int timeoutSec;  // SNCCL_TIMEOUT (0: none)
+  int dev = 0;     // the plugin's device the comm uses
+  // The communicator's registered ranges (reg_cache.h); null: none. Read only by a plugin
+  // that needs registration.
+  std::shared_ptr<RegCache> regs = nullptr;
 };
 
 // Why a connection failed, as the net layer said it: written once by the proxy thread
@@ -142,12 +163,17 @@ class NetEntry : public ProxyEntry {
   // completed and left inflight_ (*size, *imm: what it moved); kFailed: it failed, left
   // inflight_ and the entry failed (fail()); kPending: neither.
   enum class Oldest { kPending, kDone, kFailed };
-  Oldest testOldest(size_t* size, uint64_t* imm);
+  Oldest testOldest(size_t* size, uint32_t* imm);
   // True when no delivered message waits for the executor (always, on the send side).
   virtual bool ringDrained() const { return true; }
   // Applies a deferred poison once the ring drained; true when it did.
   bool settleDeferredPoison();
-  void setActive();
+  // Once the comm exists: registers the ring's slots with it (false: that failed, and
+  // fail() reported it).
+  bool setActive();
+  // The MemHandle of executor memory a message uses instead of a slot (null when the
+  // plugin needs none, or when the memory is not registered: the caller uses the slot).
+  MemHandle* userMr(const char* at, size_t bytes, bool* registered);
   // Publishes a counter the executor waits on and wakes it if it sleeps.
   void publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
                std::atomic<uint32_t>& seq);
@@ -155,6 +181,12 @@ class NetEntry : public ProxyEntry {
   Net* net_;
   RingView ring_;
   EntryInfo info_;
+  bool needsReg_;  // !Net::usesUnregisteredHostMemory()
+  bool prefixImm_;  // !Properties::imm: the imm travels in front of the payload
+  std::vector<char> wire_;  // prefixImm_: the wire slots (nsteps x wireSlotBytes())
+  size_t wireSlotBytes() const { return ring_.slotBytes + kImmPrefixBytes; }
+  char* wireSlot(uint64_t step) { return wire_.data() + (step % ring_.nsteps) * wireSlotBytes(); }
+  CommMrs mrs_;    // the comm's registrations: used by whoever drives the entry
   State state_ = State::kSetup;
   uint32_t abortCode_ = 0;  // a poison word (connection.h), sent to the peer on close
   uint32_t deferredPoison_ = 0;
@@ -188,8 +220,13 @@ class SendEntry : public NetEntry {
   void closeComm(uint32_t abortCode) override;
 
  private:
+  // Where the plugin sends message e (posted_) from, its size on the wire and its
+  // MemHandle; false when it cannot be sent (fail() reported why).
+  bool wireMessage(const ConnFifoEntry& e, void** data, size_t* bytes, MemHandle** mh);
+
   Handle handle_;
   SendComm* comm_ = nullptr;
+  uint64_t copied_ = 0;  // posted_ + 1 of a postAt message already copied into its slot
 };
 
 class RecvEntry : public NetEntry {
@@ -218,6 +255,11 @@ class RecvEntry : public NetEntry {
   // Posts receives for the free slots; true when any was posted (false after a failure,
   // which fail() reports through the ring).
   bool postReceives();
+  // Without imm: takes the prefix off the message that just arrived in its wire slot
+  // (false: it has none; fail() reported it).
+  bool unwrapPrefix(size_t* size, uint32_t* imm, const char** at);
+  // Net::retargetRecv, for memory the plugin can receive into.
+  bool retargetTo(Request* r, const char* target, uint32_t bytes);
 
   ListenComm* listen_;
   uint64_t planSeen_ = 0;  // the RecvPlan::version() retarget() last looked at

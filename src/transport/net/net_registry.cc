@@ -2,7 +2,9 @@
 #include <strings.h>
 
 #include <mutex>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/params.h"
@@ -18,10 +20,21 @@ const NetDef kNets[] = {
     {"Socket", "TCP sockets: a control socket plus several data streams per connection", socketNet},
 };
 
+// The table, then a test binary's plugins (net.h testNetPlugins).
+std::vector<NetDef> allNets() {
+  std::vector<NetDef> all(std::begin(kNets), std::end(kNets));
+  if (testNetPlugins != nullptr) {
+    std::span<const NetDef> extra = testNetPlugins();
+    all.insert(all.end(), extra.begin(), extra.end());
+  }
+  return all;
+}
+
 Result<Net*> chooseNet() {
   const std::string& want = params::getString(params::Id::Net);
+  const std::vector<NetDef> nets = allNets();
   std::string tried;
-  for (const NetDef& d : kNets) {
+  for (const NetDef& d : nets) {
     if (!want.empty() && strcasecmp(want.c_str(), d.name) != 0) continue;
     Net* net = d.instance();
     Status s = net->init();
@@ -34,7 +47,7 @@ Result<Net*> chooseNet() {
   }
   if (!want.empty() && tried.empty()) {
     std::string names;
-    for (const NetDef& d : kNets) names += std::string(names.empty() ? "" : ", ") + d.name;
+    for (const NetDef& d : nets) names += std::string(names.empty() ? "" : ", ") + d.name;
     return InvalidArgument("SNCCL_NET=%s names no network plugin (available: %s)", want.c_str(), names.c_str());
   }
   return SystemError("no network plugin is usable (%s)", tried.c_str());

@@ -16,6 +16,7 @@
 #include "common/params.h"
 #include "common/prefault.h"
 #include "transport/net/net.h"
+#include "transport/net/net_device.h"
 #include "transport/net/net_entry.h"
 #include "transport/net/proxy.h"
 
@@ -62,7 +63,8 @@ class NetRing : public ConnMemory {
   void* base_;
   size_t bytes_;
   bool send_;
-  bool atPointers_;  // the plugin uses unregistered host memory, and the user allows it
+  bool atPointers_;  // the user allows it (with a plugin that needs registration, only
+                     // registered memory is used in place: net_entry.h)
   Proxy* proxy_;  // this process's (Proxy::instance() takes a lock: not on the hot path)
   net::ProxyEntry* entry_ = nullptr;
   // Both written by the entry, which release() detaches before they go.
@@ -90,10 +92,10 @@ Result<net::Net*> netFor(const ConnRequest& req) {
 
 int timeoutSec() { return int(std::max<int64_t>(0, params::getInt(params::Id::Timeout))); }
 
-net::EntryInfo entryInfo(const ConnRequest& req, bool send) {
+net::EntryInfo entryInfo(const ConnRequest& req, bool send, int dev) {
   return {format("rank %d %s rank %d channel %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer, req.channel,
                  (unsigned long long)req.commHash),
-          req.rank, req.peer, timeoutSec()};
+          req.rank, req.peer, timeoutSec(), dev, req.regs};
 }
 
 // Different processes: local and shm come first in the table, so this is reached for
@@ -103,30 +105,28 @@ bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.proces
 Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
   SNCCL_ASSIGN_OR_RETURN(
-      auto ring, allocRing(req, false, n->usesUnregisteredHostMemory() && params::getInt(params::Id::NetRecvUserBuffers) != 0));
+      auto ring, allocRing(req, false, params::getInt(params::Id::NetRecvUserBuffers) != 0));
   net::Handle handle{};
   net::ListenComm* listen = nullptr;
-  SNCCL_TRY(n->listen(0, &handle, &listen));
-  // The handle travels in ConnBlob::name; a plugin whose handle is longer needs a larger
-  // ConnBlob, which is a change to transport.h, not something to truncate silently.
-  for (size_t i = sizeof blob->name; i < sizeof handle.bytes; ++i)
-    if (handle.bytes[i] != 0) {
-      (void)n->closeListen(listen);
-      return InternalError("net plugin %s: listen handle longer than %zu bytes does not fit ConnBlob", n->name(),
-                           sizeof blob->name);
-    }
-  std::memset(blob, 0, sizeof *blob);
+  const int dev = net::pickNetDevice(*n, req.nic, req.channel);
+  SNCCL_TRY(n->listen(dev, &handle, &listen));
+  if (handle.bytes.size() > kMaxConnPayload) {
+    (void)n->closeListen(listen);
+    return InternalError("net plugin %s: a %zu-byte listen handle (at most %zu)", n->name(), handle.bytes.size(),
+                         kMaxConnPayload);
+  }
+  *blob = ConnBlob{};
   std::strncpy(blob->transport, "net", sizeof blob->transport - 1);
   blob->words[0] = req.nsteps;
   blob->words[1] = req.slotBytes;
-  std::memcpy(blob->name, handle.bytes, sizeof blob->name);
+  blob->payload = handle.bytes;  // any length: commConnect sends it after the fixed fields
   net::RingView view = ring->view(req);
-  auto entry = std::make_unique<net::RecvEntry>(n, view, listen, entryInfo(req, false));
+  auto entry = std::make_unique<net::RecvEntry>(n, view, listen, entryInfo(req, false, dev));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
-  SN_INFO(log::kNet, "Channel %02d/0 : %d[%d] -> %d[%d] [receive] via NET/%s/0", req.channel, req.peer,
+  SN_INFO(log::kNet, "Channel %02d/0 : %d[%d] -> %d[%d] [receive] via NET/%s/%d", req.channel, req.peer,
           req.remote->cudaDev,
-          req.rank, req.self->cudaDev, n->name());
+          req.rank, req.self->cudaDev, n->name(), dev);
   ConnCtrl* ctrl = ring->ctrl();
   char* slots = ring->slots();
   return std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
@@ -140,16 +140,16 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
                         (unsigned long long)blob.words[1]);
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
   SNCCL_ASSIGN_OR_RETURN(
-      auto ring, allocRing(req, true, n->usesUnregisteredHostMemory() && params::getInt(params::Id::NetSendUserBuffers) != 0));
-  net::Handle handle{};
-  std::memcpy(handle.bytes, blob.name, sizeof blob.name);
+      auto ring, allocRing(req, true, params::getInt(params::Id::NetSendUserBuffers) != 0));
+  net::Handle handle{blob.payload};
   net::RingView view = ring->view(req);
-  auto entry = std::make_unique<net::SendEntry>(n, view, handle, entryInfo(req, true));
+  const int dev = net::pickNetDevice(*n, req.nic, req.channel);
+  auto entry = std::make_unique<net::SendEntry>(n, view, handle, entryInfo(req, true, dev));
   ring->setEntry(entry.get());
   Proxy::instance().add(std::move(entry));
-  SN_INFO(log::kNet, "Channel %02d/0 : %d[%d] -> %d[%d] [send] via NET/%s/0", req.channel, req.rank,
+  SN_INFO(log::kNet, "Channel %02d/0 : %d[%d] -> %d[%d] [send] via NET/%s/%d", req.channel, req.rank,
           req.self->cudaDev, req.peer,
-          req.remote->cudaDev, n->name());
+          req.remote->cudaDev, n->name(), dev);
   ConnCtrl* ctrl = ring->ctrl();
   char* slots = ring->slots();
   return std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");

@@ -90,7 +90,7 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   }
   auto ctrl = static_cast<ConnCtrl*>(base);
   initConnCtrl(ctrl, req.nsteps, req.slotBytes);
-  std::memset(blob, 0, sizeof *blob);
+  *blob = ConnBlob{};
   std::strncpy(blob->transport, "shm", sizeof blob->transport - 1);
   blob->words[0] = bytes;
   std::strncpy(blob->name, name.c_str(), sizeof blob->name - 1);

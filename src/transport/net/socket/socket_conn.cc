@@ -162,7 +162,7 @@ void Conn::addParts(SockRequest* r, size_t size) {
     streams_[parts[i].stream].tasks.push_back(Task{r, r->data + parts[i].offset, parts[i].len, 0});
 }
 
-Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm) {
+Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint32_t imm) {
   // Read the control socket (for credits) only when none is known: each read is a system
   // call (~1 us here) on a small message's critical path.
   SNCCL_TRY(credits_.empty() ? progress() : (error_.ok() ? OkStatus() : error_));
@@ -184,7 +184,7 @@ Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint64_t imm)
   r->size = size;
   r->tag = tag;
   r->imm = imm;
-  Frame f{sockwire::kMsg, tag, size, imm};
+  Frame f{sockwire::kMsg, tag, size, imm, 0};
   queueFrame(f, data, size <= sockwire::kInlineMax ? size : 0);
   r->frameEnd = queued_;
   addParts(r, size);
@@ -204,7 +204,7 @@ Result<SockRequest*> Conn::irecv(void* data, size_t size, int tag) {
   // before the goodbye may still be arriving on the streams for earlier receives, and this
   // one fails in test() only when it is next in line, so nothing delivered is lost.
   if (!peerBye_ && !ctrlEof_ && !byeSent_) {
-    held_.push_back(Frame{sockwire::kCts, tag, size, 0});
+    held_.push_back(Frame{sockwire::kCts, tag, size, 0, 0});
     if (!releaseCredits()) return r;  // held: no write now
   }
   SNCCL_TRY(push());
@@ -238,7 +238,7 @@ bool Conn::retarget(SockRequest* r, void* data, size_t size) {
   return true;
 }
 
-Status Conn::test(SockRequest* r, bool* done, size_t* size, uint64_t* imm) {
+Status Conn::test(SockRequest* r, bool* done, size_t* size, uint32_t* imm) {
   *done = false;
   if (r == nullptr || r->conn != this || !r->used) return InternalError("NET/Socket: test of an invalid request");
   // A send that already left (isend wrote a small message whole) completes without
@@ -377,7 +377,7 @@ Status Conn::handleFrame(const Frame& f, const char* payload) {
       if (!sender_ && !byeSent_) {
         // Answer so the sender's close can finish without waiting for its deadline, and
         // send nothing after it: no credit can be left unread at the sender's close.
-        queueFrame(Frame{sockwire::kBye, 0, 0, 0}, nullptr, 0);
+        queueFrame(Frame{sockwire::kBye, 0, 0, 0, 0}, nullptr, 0);
         byeSent_ = true;
         shutAfterFlush_ = true;
       }
@@ -456,7 +456,7 @@ void Conn::pollFds(std::vector<pollfd>* fds) const {
 void Conn::close(uint32_t abortCode, int lingerMs) {
   if (abortCode != 0 || !error_.ok()) {
     if (error_.ok()) {
-      queueFrame(Frame{sockwire::kAbort, 0, 0, uint64_t(abortCode)}, nullptr, 0);
+      queueFrame(Frame{sockwire::kAbort, 0, 0, abortCode, 0}, nullptr, 0);
       (void)flushCtrl();
       // Closing a socket with unread bytes (credits a sender never needed) makes the
       // kernel send a reset, which may destroy the ABORT before the peer reads it: read
@@ -468,7 +468,7 @@ void Conn::close(uint32_t abortCode, int lingerMs) {
     return;  // the sockets close with the Conn
   }
   if (!byeSent_) {
-    queueFrame(Frame{sockwire::kBye, 0, 0, 0}, nullptr, 0);
+    queueFrame(Frame{sockwire::kBye, 0, 0, 0, 0}, nullptr, 0);
     byeSent_ = true;
   }
   auto deadline = sock::Clock::now() + std::chrono::milliseconds(lingerMs);

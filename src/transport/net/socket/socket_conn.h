@@ -49,7 +49,7 @@ class SockRequest : public Request {
   size_t size = 0;       // receive: posted bytes until matched, then the message's bytes
   char* target = nullptr;  // receive: retarget()'s memory, for a message of targetSize bytes
   size_t targetSize = 0;
-  uint64_t imm = 0;
+  uint32_t imm = 0;
   int partsLeft = 0;     // stream parts not yet fully written / read
   uint64_t frameEnd = 0; // control bytes that must be written before it completes
 };
@@ -66,9 +66,9 @@ class Conn {
   const std::string& what() const { return what_; }
 
   // Null when there is no credit (sender) or no free request.
-  Result<SockRequest*> isend(void* data, size_t size, int tag, uint64_t imm);
+  Result<SockRequest*> isend(void* data, size_t size, int tag, uint32_t imm);
   Result<SockRequest*> irecv(void* data, size_t size, int tag);
-  Status test(SockRequest* r, bool* done, size_t* size, uint64_t* imm);
+  Status test(SockRequest* r, bool* done, size_t* size, uint32_t* imm);
   // Receiver (Net::retargetRecv): a message of exactly `size` bytes for this posted
   // receive lands at `data` instead of where it was posted. Only until its MSG frame is
   // matched (no byte of it read yet); false after.

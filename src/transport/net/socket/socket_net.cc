@@ -20,7 +20,10 @@ namespace {
 
 constexpr int kLingerMs = 1000;  // how long a clean close waits for the receiver's goodbye
 // Bytes at the end of the handle where an in-progress connect keeps its state.
-constexpr size_t kStageOffset = kHandleBytes - 16;
+// The socket handle: the listener's wire description, then, while a connect is under
+// way, the connector it staged.
+constexpr size_t kSocketHandleBytes = sockwire::kHandleBytes;
+constexpr size_t kStageOffset = kSocketHandleBytes - 16;
 constexpr uint64_t kStageMagic = 0x73746167652d736bull;
 static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlaps the connect stage");
 
@@ -45,18 +48,20 @@ int readSpeedMbps(const std::string& ifname) {
 }
 
 Connector* stagedConnector(const Handle& h) {
+  if (h.bytes.size() != kSocketHandleBytes) return nullptr;
   uint64_t magic = 0;
-  std::memcpy(&magic, h.bytes + kStageOffset, sizeof magic);
+  std::memcpy(&magic, h.bytes.data() + kStageOffset, sizeof magic);
   if (magic != kStageMagic) return nullptr;
   Connector* c = nullptr;
-  std::memcpy(&c, h.bytes + kStageOffset + 8, sizeof c);
+  std::memcpy(&c, h.bytes.data() + kStageOffset + 8, sizeof c);
   return c;
 }
 
 void setStage(Handle* h, Connector* c) {
+  if (h->bytes.size() != kSocketHandleBytes) return;  // not a socket handle: Connector::start refused it
   uint64_t magic = c != nullptr ? kStageMagic : 0;
-  std::memcpy(h->bytes + kStageOffset, &magic, sizeof magic);
-  std::memcpy(h->bytes + kStageOffset + 8, &c, sizeof c);
+  std::memcpy(h->bytes.data() + kStageOffset, &magic, sizeof magic);
+  std::memcpy(h->bytes.data() + kStageOffset + 8, &c, sizeof c);
 }
 
 class SocketNet : public Net {
@@ -141,7 +146,7 @@ class SocketNet : public Net {
   Status deregMr(Comm*, MemHandle*) override { return OkStatus(); }
   bool usesUnregisteredHostMemory() const override { return true; }  // send(2) reads any of it, recv(2) writes any
 
-  Status isend(SendComm* comm, void* data, size_t size, int tag, uint64_t imm, MemHandle*, Request** req) override {
+  Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle*, Request** req) override {
     *req = nullptr;
     SNCCL_ASSIGN_OR_RETURN(SockRequest * r, static_cast<SocketSend*>(comm)->conn.isend(data, size, tag, imm));
     *req = r;
@@ -156,7 +161,7 @@ class SocketNet : public Net {
     return OkStatus();
   }
 
-  bool retargetRecv(Request* req, void* data, size_t size) override {
+  bool retargetRecv(Request* req, void* data, size_t size, MemHandle*) override {
     auto* r = static_cast<SockRequest*>(req);
     return r->conn->retarget(r, data, size);
   }
@@ -168,7 +173,7 @@ class SocketNet : public Net {
     return OkStatus();
   }
 
-  Status test(Request* req, bool* done, size_t* sizes, uint64_t* imm) override {
+  Status test(Request* req, bool* done, size_t* sizes, uint32_t* imm) override {
     auto* r = static_cast<SockRequest*>(req);
     return r->conn->test(r, done, sizes, imm);
   }

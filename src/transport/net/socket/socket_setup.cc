@@ -115,8 +115,8 @@ Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& 
   w.nstreams = uint16_t(nstreams);
   w.nonce = l->nonce_;
   w.addr = l->listener_.peer().toWire();
-  std::memset(handle, 0, sizeof *handle);
-  std::memcpy(handle->bytes, &w, sizeof w);
+  handle->bytes.assign(sockwire::kHandleBytes, 0);
+  std::memcpy(handle->bytes.data(), &w, sizeof w);
   return l;
 }
 
@@ -185,7 +185,10 @@ void SocketListen::pollFds(std::vector<pollfd>* fds) const {
 Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const SocketTuning& tuning) {
   const int timeoutSec = tuning.timeoutSec;
   auto c = std::make_unique<Connector>();
-  std::memcpy(&c->wire_, handle.bytes, sizeof c->wire_);
+  if (handle.bytes.size() != sockwire::kHandleBytes)
+    return InternalError("NET/Socket: the peer's listen handle has %zu bytes, not the socket net's %zu",
+                         handle.bytes.size(), sockwire::kHandleBytes);
+  std::memcpy(&c->wire_, handle.bytes.data(), sizeof c->wire_);
   const HandleWire& w = c->wire_;
   if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams < 1 ||
       w.nstreams > sockwire::kMaxStreams)

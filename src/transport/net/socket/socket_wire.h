@@ -40,6 +40,10 @@ struct HandleWire {
   sock::Address::Wire addr;
 };
 
+// Bytes of a socket listen handle (net::Handle), as NCCL_NET_HANDLE_MAXSIZE: HandleWire
+// and the connect stage (socket_net.cc).
+constexpr size_t kHandleBytes = 128;
+
 struct Hello {
   uint32_t magic;
   uint16_t version;
@@ -56,7 +60,8 @@ struct Frame {
   uint32_t type;
   int32_t tag;
   uint64_t size;  // CTS: posted bytes; MSG: message bytes
-  uint64_t imm;   // MSG: the message's imm; ABORT: the sender's ncclResult_t
+  uint32_t imm;   // MSG: the message's imm (Net::isend); ABORT: the sender's abort code
+  uint32_t reserved;  // 0
 };
 static_assert(sizeof(Frame) == 24);
 
