@@ -271,84 +271,135 @@ TEST(CpuEngine, ReducesAndScales) {
 
 // --- the executor moves data only through the op's engine ---
 
-// Two ranks of one process, driven by this thread (runRunners), each op run on a
+// Ranks of one process, driven by this thread (runRunners), each op run on a
 // RegionEngine that owns the rank's buffers.
 class EngineExecutor : public ::testing::Test {
  protected:
+  static constexpr int kRanks = 3;
   void SetUp() override {
-    int devs[2] = {0, 1};
-    ASSERT_EQ(ncclCommInitAll(comms_, 2, devs), ncclSuccess);
+    int devs[kRanks] = {0, 1, 2};
+    ASSERT_EQ(ncclCommInitAll(comms_, kRanks, devs), ncclSuccess);
   }
   void TearDown() override {
     for (ncclComm_t c : comms_)
       if (c != nullptr) ncclCommDestroy(c);
   }
 
-  // Runs one op per rank to completion.
-  void run(std::vector<ExecOp> (&ops)[2]) {
-    CommRunner r0(comms_[0], std::move(ops[0]), comms_[0]->ticketsIssued.fetch_add(1));
-    CommRunner r1(comms_[1], std::move(ops[1]), comms_[1]->ticketsIssued.fetch_add(1));
-    CommRunner* runners[] = {&r0, &r1};
-    Status st = runRunners(runners);
+  // Runs each rank's ops to completion, on the first `nranks` ranks.
+  void run(std::vector<ExecOp>* ops, int nranks) {
+    std::vector<std::unique_ptr<CommRunner>> runners;
+    std::vector<CommRunner*> ptrs;
+    for (int r = 0; r < nranks; ++r) {
+      runners.push_back(std::make_unique<CommRunner>(comms_[r], std::move(ops[r]),
+                                                     comms_[r]->ticketsIssued.fetch_add(1)));
+      ptrs.push_back(runners.back().get());
+    }
+    Status st = runRunners(ptrs);
     ASSERT_TRUE(st.ok()) << st.message();
   }
 
-  ncclComm_t comms_[2] = {nullptr, nullptr};
+  ncclComm_t comms_[kRanks] = {};
 };
 
-TEST_F(EngineExecutor, RingAllReduceCopiesAndReducesThroughTheEngine) {
-  constexpr size_t kCount = 4096, kChunk = 512;
-  const AlgorithmDef* ring = findAlgorithm(CollKind::kAllReduce, "ring");
-  ASSERT_NE(ring, nullptr);
-  std::vector<float> in[2], out[2];
-  std::unique_ptr<RegionEngine> engines[2];
-  std::vector<ExecOp> ops[2];
-  // One allocation per rank holds both buffers, so that one region engine owns them.
-  std::vector<float> mem[2];
-  for (int r = 0; r < 2; ++r) {
-    mem[r].assign(2 * kCount, 0.0f);
-    for (size_t i = 0; i < kCount; ++i) mem[r][i] = float(i % 97) + float(r) * 1000;
-    engines[r] = std::make_unique<RegionEngine>("counting", mem[r].data(), mem[r].size() * sizeof(float));
-    auto prep = std::make_shared<PreparedSchedule>();
-    ASSERT_TRUE(generateSchedule(*ring, testing::collArgs(CollKind::kAllReduce, r, 2, kCount, kChunk),
-                                 comms_[r]->plan, &prep->sched)
-                    .ok());
-    prep->analyse();
-    ExecOp e;
-    e.prep = prep;
-    e.sched = &prep->sched;
-    e.dt = ncclFloat32;
-    e.elemSize = sizeof(float);
-    e.coll = CollKind::kAllReduce;
-    e.count = kCount;
-    e.sig = 0x5eed;
-    e.engine = engines[r].get();
-    e.inputStable = true;
-    for (const BufDesc& b : prep->sched.bufs) {
-      ASSERT_NE(b.role, BufRole::kScratch) << "the test binds only the input and the output";
-      e.bufs.push_back(reinterpret_cast<char*>(mem[r].data() + (b.role == BufRole::kInput ? 0 : kCount)));
+// The calls tryStep makes for a schedule's steps, none sent or received in place (no net
+// ring here), so the engine must have seen exactly these.
+struct ExpectedCalls {
+  int copies = 0, reduces = 0, byteCopies = 0;
+};
+ExpectedCalls expectedCalls(const Schedule& s, std::vector<int>* primsSeen) {
+  ExpectedCalls c;
+  for (const Lane& lane : s.lanes)
+    for (const Step& st : lane.steps) {
+      (*primsSeen)[size_t(st.prim)] = 1;
+      switch (st.prim) {
+        case Prim::kSend:
+        case Prim::kCopy:
+          ++c.copies;
+          break;
+        case Prim::kRecv:
+          ++c.byteCopies;
+          break;
+        case Prim::kRecvReduceSend:
+        case Prim::kRecvReduceCopy:
+        case Prim::kLocalReduce:
+          ++c.reduces;
+          break;
+        case Prim::kRecvReduceCopySend:
+          ++c.reduces, ++c.byteCopies;
+          break;
+        case Prim::kRecvCopySend:
+          c.byteCopies += 2;
+          break;
+      }
     }
-    ops[r].push_back(std::move(e));
+  return c;
+}
+
+// Every AllReduce algorithm on 3 ranks, which between them run every prim: each step
+// must copy and reduce through the op's engine, once per operand it moves.
+TEST_F(EngineExecutor, EveryPrimCopiesAndReducesThroughTheEngine) {
+  constexpr size_t kCount = 1000, kChunk = 128;  // well below the at-pointer sizes
+  std::vector<int> primsSeen(size_t(Prim::kLocalReduce) + 1, 0);
+  for (const char* name : {"ring", "tree", "direct", "rd", "flat", "hier"}) {
+    SCOPED_TRACE(name);
+    const AlgorithmDef* alg = findAlgorithm(CollKind::kAllReduce, name);
+    ASSERT_NE(alg, nullptr);
+    const int n = kRanks;
+    std::vector<float> mem[kRanks];
+    std::unique_ptr<RegionEngine> engines[kRanks];
+    std::vector<ExecOp> ops[kRanks];
+    ExpectedCalls want[kRanks];
+    for (int r = 0; r < n; ++r) {
+      // One allocation holds input and output, so that one region engine owns both.
+      mem[r].assign(2 * kCount, 0.0f);
+      for (size_t i = 0; i < kCount; ++i) mem[r][i] = float(i % 97) + float(r) * 1000;
+      engines[r] = std::make_unique<RegionEngine>("recording", mem[r].data(), mem[r].size() * sizeof(float));
+      auto prep = std::make_shared<PreparedSchedule>();
+      Status gen = generateSchedule(*alg, testing::collArgs(CollKind::kAllReduce, r, n, kCount, kChunk),
+                                    comms_[r]->plan, &prep->sched);
+      ASSERT_TRUE(gen.ok()) << gen.message();
+      prep->analyse();
+      want[r] = expectedCalls(prep->sched, &primsSeen);
+      ExecOp e;
+      e.prep = prep;
+      e.sched = &prep->sched;
+      e.dt = ncclFloat32;
+      e.elemSize = sizeof(float);
+      e.coll = CollKind::kAllReduce;
+      e.count = kCount;
+      e.sig = 0x5eed;
+      e.engine = engines[r].get();
+      e.inputStable = true;
+      for (const BufDesc& b : prep->sched.bufs) {
+        if (b.role == BufRole::kScratch) {
+          ASSERT_TRUE(e.scratch.ensure(comms_[r]->scratchPool, b.elems * sizeof(float)));
+          e.bufs.push_back(e.scratch.data());
+        } else {
+          e.bufs.push_back(reinterpret_cast<char*>(mem[r].data() + (b.role == BufRole::kInput ? 0 : kCount)));
+        }
+      }
+      ops[r].push_back(std::move(e));
+    }
+    run(ops, n);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(mem[r][kCount + i], 3 * float(i % 97) + 3000) << "rank " << r << " element " << i;
+      EXPECT_EQ(engines[r]->copies, want[r].copies) << "rank " << r;
+      EXPECT_EQ(engines[r]->reduces, want[r].reduces) << "rank " << r;
+      EXPECT_EQ(int(engines[r]->byteCopies.size()), want[r].byteCopies) << "rank " << r;
+    }
   }
-  run(ops);
-  for (int r = 0; r < 2; ++r) {
-    for (size_t i = 0; i < kCount; ++i)
-      ASSERT_EQ(mem[r][kCount + i], 2 * float(i % 97) + 1000) << "rank " << r << " element " << i;
-    // Ring AllReduce on 2 ranks: each chunk is sent (copy), reduced on arrival, and the
-    // reduced chunk received back (copyBytes out of the slot).
-    EXPECT_GT(engines[r]->copies, 0) << "rank " << r;
-    EXPECT_GT(engines[r]->reduces, 0) << "rank " << r;
-    EXPECT_FALSE(engines[r]->byteCopies.empty()) << "rank " << r;
-  }
+  for (size_t p = 0; p < primsSeen.size(); ++p)
+    EXPECT_TRUE(primsSeen[p]) << primName(Prim(p)) << " never ran: the test misses its call site";
 }
 
 TEST_F(EngineExecutor, StagedSendsAreCopiedIntoScratchByTheEngine) {
   // Each rank sends kBytes to the other and receives kBytes from it into the same buffer
   // (in place): the send is staged into scratch when the op starts (preCopies).
   constexpr size_t kBytes = 3000;
-  std::vector<char> mem[2];
-  std::unique_ptr<RegionEngine> engines[2];
-  std::vector<ExecOp> ops[2];
+  std::vector<char> mem[kRanks];
+  std::unique_ptr<RegionEngine> engines[kRanks];
+  std::vector<ExecOp> ops[kRanks];
   char* staged[2] = {};
   for (int r = 0; r < 2; ++r) {
     mem[r].assign(kBytes, char('a' + r));
@@ -372,7 +423,7 @@ TEST_F(EngineExecutor, StagedSendsAreCopiedIntoScratchByTheEngine) {
     e.bufs = {e.scratch.data(), mem[r].data()};  // the send reads the staged copy
     ops[r].push_back(std::move(e));
   }
-  run(ops);
+  run(ops, 2);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(mem[r], std::vector<char>(kBytes, char('a' + 1 - r))) << "rank " << r;
     ASSERT_FALSE(engines[r]->byteCopies.empty()) << "rank " << r;

@@ -8,6 +8,10 @@
 
 namespace snccl::engine {
 
+// Final, with its functions defined here: in a file that includes this header (the
+// executor does, through executor.h), the compiler turns a call through DataEngine into
+// a check of the target and a direct call to the kernel or memcpy (speculative
+// devirtualisation), so the per-step path costs what the direct calls cost.
 class CpuEngine final : public DataEngine {
  public:
   constexpr CpuEngine() : DataEngine("cpu", MemoryKind::kHost) {}
