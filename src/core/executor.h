@@ -28,8 +28,9 @@ struct ExecOp {
   std::shared_ptr<const PreparedSchedule> prep;  // shared with the communicator's schedule cache
   const Schedule* sched = nullptr;               // &prep->sched
   std::vector<char*> bufs;                // pointer bound to each sched->bufs entry
-  // Copies and reduces every byte the steps and preCopies move (core/engine/engine.h):
-  // the engine of the op's buffers, chosen once when the op is built.
+  // Copies and reduces every byte the lanes' steps and the preCopies move
+  // (core/engine/engine.h): the engine of the op's buffers, chosen once when the op is
+  // built. The single-copy AllReduce (mapped_allreduce.cc) calls the kernels itself.
   const engine::DataEngine* engine = &engine::kCpuEngine;
   ScratchLease scratch;                   // backing store of a kScratch buffer or staged sends
   // Copies into scratch made when the op starts (user data is only valid from then on).
