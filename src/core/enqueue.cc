@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "core/comm.h"
+#include "core/engine/registry.h"
 #include "core/executor.h"
 #include "core/signature.h"
 #include "core/stream.h"
@@ -34,7 +35,8 @@ bool isReduction(CollKind c) {
   return c == CollKind::kAllReduce || c == CollKind::kReduce || c == CollKind::kReduceScatter;
 }
 
-Status checkOp(const PendingOp& op) {
+// Also sets *engine to the engine of the buffers the call touches on this rank.
+Status checkOp(const PendingOp& op, const engine::DataEngine** engine) {
   SNCCL_TRY(checkComm(op.comm));
   ncclComm* comm = op.comm;
   if (op.dt < 0 || op.dt >= ncclNumTypes) return InvalidArgument("invalid data type %d", int(op.dt));
@@ -58,15 +60,19 @@ Status checkOp(const PendingOp& op) {
   size_t es = kernels::typeSize(op.dt);
   if (op.count > (SIZE_MAX / 2) / es / size_t(comm->nranks))
     return InvalidArgument("count %zu is too large", op.count);
+  *engine = nullptr;
   if (op.count > 0) {
     bool needSend = op.coll != CollKind::kSendRecv || op.isSend;
     bool needRecv = op.coll != CollKind::kSendRecv || !op.isSend;
     bool rootOnlyRecv = op.coll == CollKind::kReduce || op.coll == CollKind::kGather;
     bool rootOnlySend = op.coll == CollKind::kScatter || op.coll == CollKind::kBroadcast;
-    if (needSend && op.sendbuff == nullptr && !(rootOnlySend && comm->rank != op.root))
-      return InvalidArgument("sendbuff is NULL");
-    if (needRecv && op.recvbuff == nullptr && !(rootOnlyRecv && comm->rank != op.root))
-      return InvalidArgument("recvbuff is NULL");
+    const bool sends = needSend && !(rootOnlySend && comm->rank != op.root);
+    const bool recvs = needRecv && !(rootOnlyRecv && comm->rank != op.root);
+    if (sends && op.sendbuff == nullptr) return InvalidArgument("sendbuff is NULL");
+    if (recvs && op.recvbuff == nullptr) return InvalidArgument("recvbuff is NULL");
+    const engine::OpBuffer bufs[] = {{"sendbuff", sends ? op.sendbuff : nullptr},
+                                     {"recvbuff", recvs ? op.recvbuff : nullptr}};
+    SNCCL_ASSIGN_OR_RETURN(*engine, engine::engineForBuffers(bufs));
   }
   if (op.stream != nullptr && lookupStream(op.stream) == nullptr)
     return InvalidUsage("stream %p is not an snccl host stream (sncclStreamCreate); CUDA streams need a "
@@ -196,6 +202,7 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
                          std::max(e->root, 0), p.count);
   e->op = isReduction(p.coll) ? resolveOp(comm, p.op) : kernels::RedOpSpec{};
   e->preCopies.clear();
+  e->engine = p.engine != nullptr ? p.engine : &engine::hostEngine();
   CollArgs args;
   args.coll = p.coll;
   args.rank = comm->rank;
@@ -270,6 +277,13 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   for (size_t i = 0; i < ops.size(); ++i)
     e.bufs[i] = ops[i]->isSend ? static_cast<char*>(const_cast<void*>(ops[i]->sendbuff))
                                : static_cast<char*>(ops[i]->recvbuff);
+  // One engine for the group's buffers (checkP2PEngines).
+  e.engine = &engine::hostEngine();
+  for (const PendingOp* p : ops)
+    if (p->engine != nullptr) {
+      e.engine = p->engine;
+      break;
+    }
   SNCCL_TRY(stageOverlappingSends(comm, ops, p2p, &e));
   // Sends read user buffers that no receive of the group writes (or staged copies).
   e.inputStable = true;
@@ -335,7 +349,30 @@ Status runOwned(std::vector<std::unique_ptr<CommRunner>>& runners) {
   return runRunners(ptrs);
 }
 
+// The sends and receives of a group on one communicator and stream run as one op
+// (buildP2P) on one engine: their buffers must all be of its kind. Checked for the whole
+// group before any of it runs.
+Status checkP2PEngines(const std::vector<PendingOp>& ops) {
+  if (ops.size() < 2) return OkStatus();  // checkOp checked the one op's buffers
+  std::vector<std::pair<ncclComm*, cudaStream_t>> keys;
+  for (const PendingOp& p : ops) {
+    const std::pair key(p.comm, p.stream);
+    if (p.coll == CollKind::kSendRecv && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  }
+  std::vector<engine::OpBuffer> bufs;
+  for (const auto& [comm, stream] : keys) {
+    bufs.clear();
+    for (const PendingOp& p : ops)
+      if (p.coll == CollKind::kSendRecv && p.comm == comm && p.stream == stream && p.engine != nullptr)
+        bufs.push_back({p.isSend ? "ncclSend buffer" : "ncclRecv buffer", p.isSend ? p.sendbuff : p.recvbuff,
+                        p.peer});
+    SNCCL_TRY(engine::engineForBuffers(bufs).status());
+  }
+  return OkStatus();
+}
+
 Status launch(std::vector<PendingOp> ops) {
+  SNCCL_TRY(checkP2PEngines(ops));
   // Streams in first-use order; each gets the group's operations that use it.
   std::vector<cudaStream_t> streams;
   for (const PendingOp& p : ops)
@@ -361,8 +398,9 @@ Status launch(std::vector<PendingOp> ops) {
 
 }  // namespace
 
-Status enqueue(const PendingOp& op, const char* call) {
-  SNCCL_TRY(checkOp(op));
+Status enqueue(const PendingOp& in, const char* call) {
+  PendingOp op = in;  // with its engine
+  SNCCL_TRY(checkOp(op, &op.engine));
   if (tGroup.depth > 0) {
     tGroup.ops.push_back(op);
     return OkStatus();

@@ -16,6 +16,10 @@ struct ncclComm;
 
 namespace snccl {
 
+namespace engine {
+class DataEngine;
+}
+
 struct PendingOp {
   ncclComm* comm = nullptr;
   cudaStream_t stream = nullptr;
@@ -28,6 +32,9 @@ struct PendingOp {
   int root = 0;
   int peer = -1;        // kSendRecv
   bool isSend = false;  // kSendRecv
+  // The engine of the buffers the call touches on this rank (set by enqueue; nullptr:
+  // it touches none).
+  const engine::DataEngine* engine = nullptr;
 };
 
 // Checks the arguments (InvalidArgument leaves the communicator usable), then runs the op

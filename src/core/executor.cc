@@ -128,6 +128,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
   // PreMulSum scales each rank's own contribution exactly once: when it is read from
   // the user's input buffer.
   const bool scale = op.sched->reduces && op.sched->bufs[st.src.buf].role == BufRole::kInput;
+  const engine::DataEngine& eng = *op.engine;
   switch (st.prim) {
     case Prim::kSend:
       // A large chunk of an input the op never writes leaves from where it is: on a net
@@ -138,38 +139,38 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
         sc = nullptr;  // posted
         break;
       }
-      kernels::copy(out, src, st.count, op.dt, op.op, scale, false);
+      eng.copy(out, src, st.count, op.dt, op.op, scale, false);
       break;
     case Prim::kRecv:
-      if (in != dst) std::memcpy(dst, in, bytes);  // equal: it landed in place (planRecvs)
+      if (in != dst) eng.copyBytes(dst, in, bytes);  // equal: it landed in place (planRecvs)
       break;
     case Prim::kRecvReduceSend:
-      kernels::reduce(out, in, src, st.count, op.dt, op.op, scale, false);
+      eng.reduce(out, in, src, st.count, op.dt, op.op, scale, false);
       break;
     case Prim::kRecvReduceCopy:
-      kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      eng.reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
       break;
     case Prim::kRecvReduceCopySend:
-      kernels::reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      eng.reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
       if (sendFinalOutput(sc, op, lane, index, dst, bytes)) {
         sc = nullptr;  // posted
       } else {
-        std::memcpy(out, dst, bytes);
+        eng.copyBytes(out, dst, bytes);
       }
       break;
     case Prim::kRecvCopySend:
-      std::memcpy(dst, in, bytes);
+      eng.copyBytes(dst, in, bytes);
       if (sendFinalOutput(sc, op, lane, index, dst, bytes)) {
         sc = nullptr;  // posted
       } else {
-        std::memcpy(out, dst, bytes);
+        eng.copyBytes(out, dst, bytes);
       }
       break;
     case Prim::kCopy:
-      kernels::copy(dst, src, st.count, op.dt, op.op, scale, st.final);
+      eng.copy(dst, src, st.count, op.dt, op.op, scale, st.final);
       break;
     case Prim::kLocalReduce:
-      kernels::reduce(dst, dst, src, st.count, op.dt, op.op, scale, st.final);
+      eng.reduce(dst, dst, src, st.count, op.dt, op.op, scale, st.final);
       break;
     case Prim::kPeerFold:  // only in the single copy's schedule, which progressMapped runs
       return InternalError("%s: a PeerFold step in a lane", op.describe().c_str());
@@ -184,7 +185,8 @@ Result<bool> CommRunner::progress() {
   while (opIndex_ < nops_) {
     ExecOp& op = ops_[opIndex_];
     if (!started_) {
-      for (const ExecOp::PreCopy& c : op.preCopies) std::memcpy(op.scratch.data() + c.scratchOffset, c.src, c.bytes);
+      for (const ExecOp::PreCopy& c : op.preCopies)
+        op.engine->copyBytes(op.scratch.data() + c.scratchOffset, c.src, c.bytes);
       laneStep_.assign(op.sched->lanes.size(), 0);
       opStartNs_ = 0;  // startTimeoutClock: at the op's first sleep, which most small ops never reach
       started_ = true;

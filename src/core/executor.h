@@ -19,6 +19,7 @@
 #include "collectives/schedule.h"
 #include "common/status.h"
 #include "core/comm.h"
+#include "core/engine/cpu_engine.h"
 #include "core/scratch_pool.h"
 
 namespace snccl {
@@ -27,6 +28,10 @@ struct ExecOp {
   std::shared_ptr<const PreparedSchedule> prep;  // shared with the communicator's schedule cache
   const Schedule* sched = nullptr;               // &prep->sched
   std::vector<char*> bufs;                // pointer bound to each sched->bufs entry
+  // Copies and reduces every byte the lanes' steps, the preCopies and the single-copy
+  // AllReduce's folds move (core/engine/engine.h): the engine of the op's buffers, chosen
+  // once when the op is built.
+  const engine::DataEngine* engine = &engine::kCpuEngine;
   ScratchLease scratch;                   // backing store of a kScratch buffer or staged sends
   // Copies into scratch made when the op starts (user data is only valid from then on).
   struct PreCopy {

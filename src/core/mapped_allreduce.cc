@@ -128,7 +128,7 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
     return InternalError("single-copy AllReduce #%llu: PeerFold of [%zu, %zu) -> %zu of %zu elements",
                          (unsigned long long)op.seq, blk.begin, blk.end, st.dst.offset, op.count);
   // The last combine of the fold, x0 (+) ... (+) x(n-1), writes its result straight into
-  // every rank's output with streaming stores (kernels::reduceStream), this rank's own
+  // every rank's output with streaming stores (DataEngine::reduceStream), this rank's own
   // first. Within each line every operand is read before any output is written, so in
   // place (each output is its rank's input) the writes overwrite only what was just read.
   if (foldOuts_.size() < size_t(n)) foldOuts_.resize(size_t(n));
@@ -154,18 +154,18 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
     const size_t off = at * es;
     const char* acc = mapped_.in[0] + off;
     if (scalar) {
-      kernels::copy(tmp, acc, len, op.dt, op.op, true, false);
+      op.engine->copy(tmp, acc, len, op.dt, op.op, true, false);
       acc = tmp;
     }
     for (int j = 1; j < n - 1; ++j) {
-      kernels::reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, false);
+      op.engine->reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, false);
       acc = tmp;
     }
-    kernels::reduceStream(outsAt(off), n, acc, mapped_.in[size_t(n - 1)] + off, len, op.dt, op.op, true, true);
+    op.engine->reduceStream(outsAt(off), n, acc, mapped_.in[size_t(n - 1)] + off, len, op.dt, op.op, true, true);
   }
   // The streaming stores are weakly ordered: make them globally visible before the "done"
   // that lets peers read their outputs (and lets this rank return).
-  kernels::streamFence();
+  op.engine->streamFence();
   return OkStatus();
 }
 
