@@ -2,13 +2,13 @@
 #include "transport/net/net_entry.h"
 
 #include "common/log.h"
-#include "common/wait.h"
 
 namespace snccl::net {
 
 using Clock = std::chrono::steady_clock;
 
-NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info) : net_(net), ring_(ring), info_(std::move(info)) {}
+NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info)
+    : net_(net), ring_(ring), protocol_(ring.ctrl, ring.slots, RingConfig{}), info_(std::move(info)) {}
 
 bool NetEntry::pollFds(std::vector<pollfd>* fds) {
   if (state_ == State::kFailed) return true;
@@ -21,20 +21,9 @@ bool NetEntry::pollFds(std::vector<pollfd>* fds) {
 
 void NetEntry::closeNet() { closeComm(abortCode_); }
 
-void NetEntry::publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
-                       std::atomic<uint32_t>& seq) {
-  // The same store-then-check-flag pairing as Connection::post/release, so a sleeping
-  // executor is always woken.
-  counter.store(value, std::memory_order_seq_cst);
-  if (sleeping.load(std::memory_order_seq_cst)) {
-    seq.fetch_add(1, std::memory_order_seq_cst);
-    futexWakeAll(&seq);
-  }
-}
-
 bool NetEntry::handleLocalPoison() {
   if (state_ == State::kFailed) return false;
-  uint32_t word = ring_.ctrl->poison.load(std::memory_order_acquire);
+  uint32_t word = protocol_.poisoned(std::memory_order_acquire);
   if (word == 0) return false;
   SN_INFO(log::kNet, "NET : %s: the communicator failed or was aborted (%s); telling the peer",
           info_.what.c_str(), resultName(poisonCode(word)));
@@ -95,16 +84,7 @@ bool NetEntry::settleDeferredPoison() {
   return true;
 }
 
-void NetEntry::poisonRing(uint32_t code) {
-  // As Connection::poison: set once, then wake whichever end sleeps.
-  ConnCtrl* c = ring_.ctrl;
-  uint32_t expected = 0;
-  c->poison.compare_exchange_strong(expected, code);
-  c->tailSeq.fetch_add(1);
-  c->headSeq.fetch_add(1);
-  futexWakeAll(&c->tailSeq);
-  futexWakeAll(&c->headSeq);
-}
+void NetEntry::poisonRing(uint32_t code) { protocol_.poison(code); }
 
 void NetEntry::setActive() {
   state_ = State::kActive;
@@ -133,13 +113,13 @@ bool SendEntry::progress() {
   // New messages go out first (they are on the peer's critical path), then completions
   // free their slots (a send just handed over often completes in the same pass).
   bool moved = false;
-  uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
+  uint64_t tail = protocol_.tail(std::memory_order_acquire);
   seen_ = tail;
   while (posted_ < tail) {
-    const ConnFifoEntry& e = ring_.ctrl->fifo[posted_ % ring_.nsteps];
+    const ConnFifoEntry& e = protocol_.entry(posted_);
     // A message posted with Connection::postAt is sent from the executor's memory, which
     // stays unchanged until head passes it (the operation waits for that).
-    void* data = e.where == kAtPointer ? const_cast<char*>(e.at) : ring_.slot(posted_);
+    void* data = const_cast<char*>(protocol_.messageAt(posted_));
     Request* r = nullptr;
     Status s = net_->isend(comm_, data, e.bytes, 0, e.sig, nullptr, &r);
     if (!s.ok()) {
@@ -156,7 +136,7 @@ bool SendEntry::progress() {
     Oldest t = testOldest(&size, nullptr);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
-    publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
+    protocol_.release(++done_);
     moved = true;
   }
   return moved;
@@ -166,22 +146,22 @@ void SendEntry::settle() {
   // Nothing posted is still to send or to complete: the comm owes the peer nothing (the
   // receiver's credits wait in the socket until a send needs them). A poisoned ring still
   // gets its passes: they send the ABORT from this thread (runRunners relies on it).
-  if (state_ == State::kActive && inflight_.empty() && posted_ == ring_.ctrl->tail.load(std::memory_order_acquire) &&
-      ring_.ctrl->poison.load(std::memory_order_acquire) == 0)
+  if (state_ == State::kActive && inflight_.empty() && posted_ == protocol_.tail(std::memory_order_acquire) &&
+      protocol_.poisoned(std::memory_order_acquire) == 0)
     return;
   NetEntry::settle();
 }
 
 bool SendEntry::arm() {
-  ring_.ctrl->recvSleeping.store(1, std::memory_order_seq_cst);
-  if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
+  (void)protocol_.announce(RingSide::kReceiver);  // full fences (protocol_): cannot fail
+  if (protocol_.poisoned(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
   // Only news since progress() looked counts: posted-but-uncredited messages wait on the
   // socket, not on the executor.
-  return state_ != State::kActive || ring_.ctrl->tail.load(std::memory_order_seq_cst) == seen_;
+  return state_ != State::kActive || protocol_.tail(std::memory_order_seq_cst) == seen_;
 }
 
 bool SendEntry::needsProxy() {
-  return state_ != State::kActive || posted_ < ring_.ctrl->tail.load(std::memory_order_acquire) ||
+  return state_ != State::kActive || posted_ < protocol_.tail(std::memory_order_acquire) ||
          !inflight_.empty() || !net_->quiescent(comm_);
 }
 
@@ -193,7 +173,7 @@ bool SendEntry::detachReady() {
   if (state_ == State::kFailed) return true;
   // Messages the executor posted must leave before the ring is freed: a destroyed
   // communicator still owes its peers the data of its last operation.
-  uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
+  uint64_t tail = protocol_.tail(std::memory_order_acquire);
   if (posted_ == tail && inflight_.empty()) return true;
   if (Clock::now() < closeDeadline_) return false;
   SN_WARN("NET : %s: closing with %llu message(s) undelivered after %d s (SNCCL_TIMEOUT)", info_.what.c_str(),
@@ -239,14 +219,10 @@ bool RecvEntry::progress() {
     Oldest t = testOldest(&size, &imm);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
-    ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
     // A moved receive lands at its target only with exactly the planned size (retargetRecv).
     const char* at = f.at != nullptr && size == f.atBytes ? f.at : nullptr;
-    e.bytes = uint32_t(size);
-    e.sig = imm;
-    e.where = at != nullptr ? kAtPointer : kInSlot;  // tail's release store publishes these
-    e.at = at;
-    publish(ring_.ctrl->tail, ++done_, ring_.ctrl->recvSleeping, ring_.ctrl->tailSeq);
+    protocol_.post(done_, uint32_t(size), imm, at != nullptr ? kAtPointer : kInSlot, at);
+    ++done_;
     moved = true;
   }
   return postReceives() || moved;
@@ -254,9 +230,9 @@ bool RecvEntry::progress() {
 
 bool RecvEntry::postReceives() {
   bool moved = false;
-  uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
+  uint64_t head = protocol_.head(std::memory_order_acquire);
   seen_ = head;
-  while (posted_ < head + ring_.nsteps) {
+  while (protocol_.creditFor(posted_, head)) {
     void* data = ring_.slot(posted_);
     size_t size = ring_.slotBytes;
     int tag = 0;
@@ -314,14 +290,14 @@ bool RecvEntry::retarget() {
 }
 
 bool RecvEntry::arm() {
-  ring_.ctrl->sendSleeping.store(1, std::memory_order_seq_cst);
-  if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
-  return state_ != State::kActive || ring_.ctrl->head.load(std::memory_order_seq_cst) == seen_;
+  (void)protocol_.announce(RingSide::kSender);  // full fences (protocol_): cannot fail
+  if (protocol_.poisoned(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
+  return state_ != State::kActive || protocol_.head(std::memory_order_seq_cst) == seen_;
 }
 
 bool RecvEntry::needsProxy() {
   return state_ != State::kActive || deferredPoison_ != 0 ||
-         posted_ < ring_.ctrl->head.load(std::memory_order_acquire) + ring_.nsteps || !net_->quiescent(comm_);
+         protocol_.creditFor(posted_, protocol_.head(std::memory_order_acquire)) || !net_->quiescent(comm_);
 }
 
 void RecvEntry::closeComm(uint32_t abortCode) {
