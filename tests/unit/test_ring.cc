@@ -31,7 +31,8 @@ struct Memory {
 
 // Two views of one ring, as its two ends hold them.
 struct Ends {
-  explicit Ends(RingConfig config = {}) : send(&m.ctrl, m.slots.data(), config), recv(&m.ctrl, m.slots.data(), config) {}
+  explicit Ends(RingConfig config = {})
+      : send(&m.ctrl, m.slots.data(), config), recv(&m.ctrl, m.slots.data(), config) {}
   Memory m;
   Ring send, recv;
 };
