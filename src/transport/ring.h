@@ -5,9 +5,9 @@
 // (the net proxy, net/net_entry.h). Ring holds no cursor of its own: each end keeps its
 // own (a Connection has one; the net proxy reads or posts ahead of what it publishes).
 //
-// The credit scheme (DESIGN §5): the ring has `nsteps` slots of `slotBytes`. Two 64-bit
-// monotonic counters live in a control block both ends can see: `tail` (written only by
-// the sender: messages posted) and `head` (written only by the receiver: messages
+// The credit scheme (docs/design.md §5): the ring has `nsteps` slots of `slotBytes`. Two
+// 64-bit monotonic counters live in a control block both ends can see: `tail` (written
+// only by the sender: messages posted) and `head` (written only by the receiver: messages
 // consumed). The sender may fill message s only while s < head + nsteps, writes slot
 // s % nsteps and its fifo entry, then publishes tail = s + 1. The receiver reads message s
 // once tail > s and frees it with head = s + 1. Memory per connection is therefore fixed
