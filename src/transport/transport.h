@@ -3,8 +3,23 @@
 // For every (sender, receiver) pair the first registered transport whose canConnect()
 // accepts the pair is used (order: local, shm, then network transports). Setup is a
 // two-message handshake over the bootstrap: the receiver creates the ring and sends a
-// ConnBlob describing it; the sender attaches to it. A new transport is one folder plus
-// one line in registry.cc.
+// ConnBlob describing it; the sender attaches to it.
+//
+// A new transport is one folder plus one line in registry.cc. What it implements:
+// 1. A TransportDef (below): canConnect, createRecv, connectSend.
+// 2. The ring's memory, seen by both ends: connCtrlBytes() of control block, initialised
+//    by the creator with initConnCtrl(), then nsteps x slotBytes of slots (ring.h).
+// 3. A ConnMemory (connection.h) that owns that memory: its destructor frees it;
+//    failureDetail() if the transport can say why it failed a ring.
+// 4. For the executor's end, the Connection that createRecv/connectSend return, with the
+//    RingConfig both ends of the ring agree on (inline messages and light publishing:
+//    only when both ends are executors).
+// 5. Only if the ring's far end is not the peer's executor but a helper that moves the
+//    bytes elsewhere (the net proxy thread): that helper plays its end with Ring (ring.h),
+//    never with ConnCtrl's fields directly, and ConnMemory::caps() may offer Drivable (the
+//    executor may drive the helper while it waits), ZeroCopySend (the helper sends from
+//    the user's memory) and ZeroCopyRecv (it receives into it). A transport without
+//    them gets the plain ring; the executor asks nothing else of a transport.
 #pragma once
 
 #include <sys/types.h>
@@ -63,7 +78,7 @@ struct ConnRequest {
 };
 
 // Whether the ring between the two ranks of `req` publishes without a full fence
-// (Connection, "publishing"): only when both processes are registered for
+// (ring.h, "light publishing"): only when both processes are registered for
 // processBarrier(). Both ends compute it from the same two PeerInfos, so they agree.
 inline bool lightPublish(const ConnRequest& req) { return req.self->processBarrier && req.remote->processBarrier; }
 

@@ -24,24 +24,24 @@ namespace {
 
 class Mapping : public ConnMemory {
  public:
-  Mapping(void* base, size_t bytes, int fd, bool light) : base_(base), bytes_(bytes), light_(light), fd_(fd) {}
+  Mapping(void* base, size_t bytes, int fd) : base_(base), bytes_(bytes), fd_(fd) {}
   ~Mapping() override {
     munmap(base_, bytes_);
     if (fd_ >= 0) close(fd_);
   }
-  bool inlineMessages() const override { return true; }  // both ends are executors
-  bool lightPublish() const override { return light_; }
 
  private:
   void* base_;
   size_t bytes_;
-  bool light_;  // transport.h lightPublish()
   int fd_;  // the receiver keeps the file open so a late sender can still attach
 };
 
 bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.processToken == peer.processToken; }
 
 size_t ringBytes(const ConnRequest& req) { return connCtrlBytes() + size_t(req.nsteps) * req.slotBytes; }
+
+// Both ends are executors polling the same memory.
+RingConfig ringConfig(const ConnRequest& req) { return {.inlineMessages = true, .lightPublish = lightPublish(req)}; }
 
 Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
   size_t bytes = ringBytes(req);
@@ -73,8 +73,8 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
   blob->words[3] = bytes;
   char* slots = static_cast<char*>(base) + connCtrlBytes();
   touchPagesForRead(slots, bytes - connCtrlBytes());  // this end only reads the slots
-  return std::make_unique<Connection>(ctrl, slots, std::make_unique<Mapping>(base, bytes, fd, lightPublish(req)),
-                                      req.peer, 0, "local");
+  return std::make_unique<Connection>(ctrl, slots, std::make_unique<Mapping>(base, bytes, fd), req.peer, 0, "local",
+                                      ringConfig(req));
 }
 
 Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
@@ -100,8 +100,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   auto ctrl = static_cast<ConnCtrl*>(base);
   touchPagesForWrite(static_cast<char*>(base) + connCtrlBytes(), bytes - connCtrlBytes());  // nothing in flight yet
   return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
-                                      std::make_unique<Mapping>(base, bytes, -1, lightPublish(req)), req.peer, 0,
-                                      "local");
+                                      std::make_unique<Mapping>(base, bytes, -1), req.peer, 0, "local",
+                                      ringConfig(req));
 }
 
 }  // namespace

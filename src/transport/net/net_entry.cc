@@ -5,7 +5,6 @@
 
 #include "common/log.h"
 #include "common/signature_digest.h"
-#include "common/wait.h"
 
 namespace snccl::net {
 
@@ -14,6 +13,7 @@ using Clock = std::chrono::steady_clock;
 NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info)
     : net_(net),
       ring_(ring),
+      protocol_(ring.ctrl, ring.slots, RingConfig{}),
       info_(std::move(info)),
       needsReg_(!net->usesUnregisteredHostMemory()),
       prefixImm_([&] {
@@ -35,20 +35,9 @@ bool NetEntry::pollFds(std::vector<pollfd>* fds) {
 
 void NetEntry::closeNet() { closeComm(abortCode_); }
 
-void NetEntry::publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
-                       std::atomic<uint32_t>& seq) {
-  // The same store-then-check-flag pairing as Connection::post/release, so a sleeping
-  // executor is always woken.
-  counter.store(value, std::memory_order_seq_cst);
-  if (sleeping.load(std::memory_order_seq_cst)) {
-    seq.fetch_add(1, std::memory_order_seq_cst);
-    futexWakeAll(&seq);
-  }
-}
-
 bool NetEntry::handleLocalPoison() {
   if (state_ == State::kFailed) return false;
-  uint32_t word = ring_.ctrl->poison.load(std::memory_order_acquire);
+  uint32_t word = protocol_.poisoned(std::memory_order_acquire);
   if (word == 0) return false;
   SN_INFO(log::kNet, "NET : %s: the communicator failed or was aborted (%s); telling the peer",
           info_.what.c_str(), resultName(poisonCode(word)));
@@ -109,16 +98,7 @@ bool NetEntry::settleDeferredPoison() {
   return true;
 }
 
-void NetEntry::poisonRing(uint32_t code) {
-  // As Connection::poison: set once, then wake whichever end sleeps.
-  ConnCtrl* c = ring_.ctrl;
-  uint32_t expected = 0;
-  c->poison.compare_exchange_strong(expected, code);
-  c->tailSeq.fetch_add(1);
-  c->headSeq.fetch_add(1);
-  futexWakeAll(&c->tailSeq);
-  futexWakeAll(&c->headSeq);
-}
+void NetEntry::poisonRing(uint32_t code) { protocol_.poison(code); }
 
 bool NetEntry::setActive() {
   Status s = prefixImm_ ? mrs_.registerRing(comm(), wire_.data(), wire_.size())
@@ -166,10 +146,10 @@ bool SendEntry::progress() {
   // New messages go out first (they are on the peer's critical path), then completions
   // free their slots (a send just handed over often completes in the same pass).
   bool moved = false;
-  uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
+  uint64_t tail = protocol_.tail(std::memory_order_acquire);
   seen_ = tail;
   while (posted_ < tail) {
-    const ConnFifoEntry& e = ring_.ctrl->fifo[posted_ % ring_.nsteps];
+    const ConnFifoEntry& e = protocol_.entry(posted_);
     void* data = nullptr;
     size_t bytes = 0;
     MemHandle* mh = nullptr;
@@ -190,7 +170,7 @@ bool SendEntry::progress() {
     Oldest t = testOldest(&size, nullptr);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
-    publish(ring_.ctrl->head, ++done_, ring_.ctrl->sendSleeping, ring_.ctrl->headSeq);
+    protocol_.release(++done_);
     moved = true;
   }
   return moved;
@@ -244,22 +224,22 @@ void SendEntry::settle() {
   // Nothing posted is still to send or to complete: the comm owes the peer nothing (the
   // receiver's credits wait in the socket until a send needs them). A poisoned ring still
   // gets its passes: they send the ABORT from this thread (runRunners relies on it).
-  if (state_ == State::kActive && inflight_.empty() && posted_ == ring_.ctrl->tail.load(std::memory_order_acquire) &&
-      ring_.ctrl->poison.load(std::memory_order_acquire) == 0)
+  if (state_ == State::kActive && inflight_.empty() && posted_ == protocol_.tail(std::memory_order_acquire) &&
+      protocol_.poisoned(std::memory_order_acquire) == 0)
     return;
   NetEntry::settle();
 }
 
 bool SendEntry::arm() {
-  ring_.ctrl->recvSleeping.store(1, std::memory_order_seq_cst);
-  if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
+  (void)protocol_.announce(RingSide::kReceiver);  // full fences (protocol_): cannot fail
+  if (protocol_.poisoned(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
   // Only news since progress() looked counts: posted-but-uncredited messages wait on the
   // socket, not on the executor.
-  return state_ != State::kActive || ring_.ctrl->tail.load(std::memory_order_seq_cst) == seen_;
+  return state_ != State::kActive || protocol_.tail(std::memory_order_seq_cst) == seen_;
 }
 
 bool SendEntry::needsProxy() {
-  return state_ != State::kActive || posted_ < ring_.ctrl->tail.load(std::memory_order_acquire) ||
+  return state_ != State::kActive || posted_ < protocol_.tail(std::memory_order_acquire) ||
          !inflight_.empty() || !net_->quiescent(comm_);
 }
 
@@ -271,7 +251,7 @@ bool SendEntry::detachReady() {
   if (state_ == State::kFailed) return true;
   // Messages the executor posted must leave before the ring is freed: a destroyed
   // communicator still owes its peers the data of its last operation.
-  uint64_t tail = ring_.ctrl->tail.load(std::memory_order_acquire);
+  uint64_t tail = protocol_.tail(std::memory_order_acquire);
   if (posted_ == tail && inflight_.empty()) return true;
   if (Clock::now() < closeDeadline_) return false;
   SN_WARN("NET : %s: closing with %llu message(s) undelivered after %d s (SNCCL_TIMEOUT)", info_.what.c_str(),
@@ -318,15 +298,11 @@ bool RecvEntry::progress() {
     Oldest t = testOldest(&size, &imm);
     if (t == Oldest::kFailed) return true;
     if (t == Oldest::kPending) break;
-    ConnFifoEntry& e = ring_.ctrl->fifo[done_ % ring_.nsteps];
     // A moved receive lands at its target only with exactly the planned size (retargetRecv).
     const char* at = f.at != nullptr && size == f.atBytes ? f.at : nullptr;
     if (prefixImm_ && !unwrapPrefix(&size, &imm, &at)) return true;
-    e.bytes = uint32_t(size);
-    e.sig = signatureFromDigest(imm);
-    e.where = at != nullptr ? kAtPointer : kInSlot;  // tail's release store publishes these
-    e.at = at;
-    publish(ring_.ctrl->tail, ++done_, ring_.ctrl->recvSleeping, ring_.ctrl->tailSeq);
+    protocol_.post(done_, uint32_t(size), signatureFromDigest(imm), at != nullptr ? kAtPointer : kInSlot, at);
+    ++done_;
     moved = true;
   }
   return postReceives() || moved;
@@ -334,10 +310,10 @@ bool RecvEntry::progress() {
 
 bool RecvEntry::postReceives() {
   bool moved = false;
-  uint64_t head = ring_.ctrl->head.load(std::memory_order_acquire);
+  uint64_t head = protocol_.head(std::memory_order_acquire);
   seen_ = head;
   if (needsReg_) mrs_.reclaim(comm_, posted_, done_);
-  while (posted_ < head + ring_.nsteps) {
+  while (protocol_.creditFor(posted_, head)) {
     void* data = prefixImm_ ? wireSlot(posted_) : ring_.slot(posted_);
     size_t size = prefixImm_ ? wireSlotBytes() : ring_.slotBytes;
     int tag = 0;
@@ -419,14 +395,14 @@ bool RecvEntry::retargetTo(Request* r, const char* target, uint32_t bytes) {
 }
 
 bool RecvEntry::arm() {
-  ring_.ctrl->sendSleeping.store(1, std::memory_order_seq_cst);
-  if (ring_.ctrl->poison.load(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
-  return state_ != State::kActive || ring_.ctrl->head.load(std::memory_order_seq_cst) == seen_;
+  (void)protocol_.announce(RingSide::kSender);  // full fences (protocol_): cannot fail
+  if (protocol_.poisoned(std::memory_order_seq_cst) != 0 && state_ != State::kFailed) return false;
+  return state_ != State::kActive || protocol_.head(std::memory_order_seq_cst) == seen_;
 }
 
 bool RecvEntry::needsProxy() {
   return state_ != State::kActive || deferredPoison_ != 0 ||
-         posted_ < ring_.ctrl->head.load(std::memory_order_acquire) + ring_.nsteps || !net_->quiescent(comm_);
+         protocol_.creditFor(posted_, protocol_.head(std::memory_order_acquire)) || !net_->quiescent(comm_);
 }
 
 void RecvEntry::closeComm(uint32_t abortCode) {

@@ -174,12 +174,13 @@ class NetEntry : public ProxyEntry {
   // The MemHandle of executor memory a message uses instead of a slot (null when the
   // plugin needs none, or when the memory is not registered: the caller uses the slot).
   MemHandle* userMr(const char* at, size_t bytes, bool* registered);
-  // Publishes a counter the executor waits on and wakes it if it sleeps.
-  void publish(std::atomic<uint64_t>& counter, uint64_t value, std::atomic<uint32_t>& sleeping,
-               std::atomic<uint32_t>& seq);
 
   Net* net_;
   RingView ring_;
+  // The ring protocol (ring.h) for the end the proxy plays: the receiver of a send ring,
+  // the sender of a receive ring. Full fences, no inline messages (RingConfig{}): the
+  // executor at the other end polls tail and head.
+  Ring protocol_;
   EntryInfo info_;
   bool needsReg_;  // !Net::usesUnregisteredHostMemory()
   bool prefixImm_;  // !Properties::imm: the imm travels in front of the payload
@@ -188,7 +189,7 @@ class NetEntry : public ProxyEntry {
   char* wireSlot(uint64_t step) { return wire_.data() + (step % ring_.nsteps) * wireSlotBytes(); }
   CommMrs mrs_;    // the comm's registrations: used by whoever drives the entry
   State state_ = State::kSetup;
-  uint32_t abortCode_ = 0;  // a poison word (connection.h), sent to the peer on close
+  uint32_t abortCode_ = 0;  // a poison word (ring.h), sent to the peer on close
   uint32_t deferredPoison_ = 0;
   struct InFlight {
     Request* req;
@@ -207,9 +208,9 @@ class SendEntry : public NetEntry {
  public:
   SendEntry(Net* net, RingView ring, const Handle& handle, EntryInfo info);
   bool progress() override;
-  std::atomic<uint32_t>* wakeWord() override { return &ring_.ctrl->tailSeq; }
+  std::atomic<uint32_t>* wakeWord() override { return &protocol_.wakeWord(RingSide::kReceiver); }
   bool arm() override;
-  void disarm() override { ring_.ctrl->recvSleeping.store(0, std::memory_order_relaxed); }
+  void disarm() override { protocol_.withdraw(RingSide::kReceiver); }
   bool detachReady() override;
   bool needsProxy() override;
   void settle() override;
@@ -233,9 +234,9 @@ class RecvEntry : public NetEntry {
  public:
   RecvEntry(Net* net, RingView ring, ListenComm* listen, EntryInfo info);
   bool progress() override;
-  std::atomic<uint32_t>* wakeWord() override { return &ring_.ctrl->headSeq; }
+  std::atomic<uint32_t>* wakeWord() override { return &protocol_.wakeWord(RingSide::kSender); }
   bool arm() override;
-  void disarm() override { ring_.ctrl->sendSleeping.store(0, std::memory_order_relaxed); }
+  void disarm() override { protocol_.withdraw(RingSide::kSender); }
   bool detachReady() override { return true; }  // nothing of the ring is owed to anyone
   bool needsProxy() override;
   void settle() override;
@@ -244,9 +245,7 @@ class RecvEntry : public NetEntry {
   Comm* comm() const override { return comm_; }
   Comm* setupComm() const override { return listen_; }
   void closeComm(uint32_t abortCode) override;
-  bool ringDrained() const override {
-    return ring_.ctrl->head.load(std::memory_order_acquire) >= done_;
-  }
+  bool ringDrained() const override { return protocol_.head(std::memory_order_acquire) >= done_; }
 
  private:
   // Moves receives posted before the current plan to their targets where the net still

@@ -27,9 +27,10 @@ namespace {
 using net::Proxy;
 
 // The ring's memory; releases the proxy entry (which may first flush what the executor
-// posted) before the memory goes away. The executor may drive the entry itself while it
-// waits (net/proxy.h).
-class NetRing : public ConnMemory {
+// posted) before the memory goes away. The ring's other end is the proxy, so the executor
+// may drive the entry itself while it waits (net/proxy.h), and, with a plugin that uses
+// unregistered host memory, the proxy sends from or receives into the executor's memory.
+class NetRing : public ConnMemory, Drivable, ZeroCopySend, ZeroCopyRecv {
  public:
   // atPointers: a send ring that sends from the executor's memory (postAt), or a receive
   // ring that receives into it (planRecvs).
@@ -39,14 +40,16 @@ class NetRing : public ConnMemory {
     if (entry_ != nullptr) proxy_->release(entry_);
     munmap(base_, bytes_);
   }
-  bool drivable() const override { return true; }
+  ConnCaps caps() override {
+    return {.drivable = this,
+            .zeroCopySend = send_ && atPointers_ ? static_cast<ZeroCopySend*>(this) : nullptr,
+            .zeroCopyRecv = !send_ && atPointers_ ? static_cast<ZeroCopyRecv*>(this) : nullptr};
+  }
   void claimDrive() override { entry_->claim(); }
   void releaseDrive(bool waiting) override {
     if (entry_->unclaimAfterDriving(waiting)) proxy_->unclaimed();
   }
   bool drive() override { return entry_->tryDrive(); }
-  bool sendsAtPointers() const override { return send_ && atPointers_; }
-  bool receivesAtPointers() const override { return !send_ && atPointers_; }
   void planRecvs(uint64_t first, std::span<const RecvTarget> targets) override { plan_.set(first, targets); }
   void quiesce() override {
     if (entry_ != nullptr) entry_->quiesce();
@@ -55,7 +58,7 @@ class NetRing : public ConnMemory {
   ConnCtrl* ctrl() const { return static_cast<ConnCtrl*>(base_); }
   char* slots() const { return static_cast<char*>(base_) + connCtrlBytes(); }
   net::RingView view(const ConnRequest& req) {
-    return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_, receivesAtPointers() ? &plan_ : nullptr};
+    return {ctrl(), slots(), req.nsteps, req.slotBytes, &note_, !send_ && atPointers_ ? &plan_ : nullptr};
   }
   std::string failureDetail() const override { return note_.get(); }
 

@@ -29,22 +29,21 @@ namespace {
 
 class ShmMapping : public ConnMemory {
  public:
-  ShmMapping(void* base, size_t bytes, std::string name, bool light)
-      : base_(base), bytes_(bytes), light_(light), name_(std::move(name)) {}
+  ShmMapping(void* base, size_t bytes, std::string name) : base_(base), bytes_(bytes), name_(std::move(name)) {}
   ~ShmMapping() override {
     munmap(base_, bytes_);
     // The sender normally unlinked it already; this covers a sender that never attached.
     if (!name_.empty()) shm_unlink(name_.c_str());
   }
-  bool inlineMessages() const override { return true; }  // both ends are executors
-  bool lightPublish() const override { return light_; }
 
  private:
   void* base_;
   size_t bytes_;
-  bool light_;  // transport.h lightPublish()
   std::string name_;
 };
+
+// Both ends are executors polling the same memory.
+RingConfig ringConfig(const ConnRequest& req) { return {.inlineMessages = true, .lightPublish = lightPublish(req)}; }
 
 bool canConnect(const PeerInfo& self, const PeerInfo& peer) {
   if (params::getInt(params::Id::ShmDisable) != 0) return false;
@@ -98,9 +97,8 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
           name.c_str(), req.nsteps, req.slotBytes);
   char* slots = static_cast<char*>(base) + connCtrlBytes();
   touchPagesForRead(slots, bytes - connCtrlBytes());  // this end only reads the slots
-  return std::make_unique<Connection>(ctrl, slots,
-                                      std::make_unique<ShmMapping>(base, bytes, name, lightPublish(req)), req.peer,
-                                      watchablePid(*req.self, *req.remote), "shm");
+  return std::make_unique<Connection>(ctrl, slots, std::make_unique<ShmMapping>(base, bytes, name), req.peer,
+                                      watchablePid(*req.self, *req.remote), "shm", ringConfig(req));
 }
 
 Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
@@ -128,8 +126,8 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
   // No message is in flight yet; touching keeps every byte as it is anyway.
   touchPagesForWrite(static_cast<char*>(base) + connCtrlBytes(), bytes - connCtrlBytes());
   return std::make_unique<Connection>(ctrl, static_cast<char*>(base) + connCtrlBytes(),
-                                      std::make_unique<ShmMapping>(base, bytes, std::string(), lightPublish(req)),
-                                      req.peer, watchablePid(*req.self, *req.remote), "shm");
+                                      std::make_unique<ShmMapping>(base, bytes, std::string()), req.peer,
+                                      watchablePid(*req.self, *req.remote), "shm", ringConfig(req));
 }
 
 }  // namespace
