@@ -57,7 +57,7 @@ struct PeerInfo {
   int32_t maxChannels;    // the communicator uses the ranks' agreed one (agreeChannels)
   int64_t singleCopyBytes;  // SNCCL_SINGLE_COPY_BYTES: must agree on a mappable communicator
   int32_t processBarrier;   // registered for processBarrier() and SNCCL_MEMBARRIER allows it: a ring
-                            // between two such ranks publishes without a full fence (connection.h)
+                            // between two such ranks publishes without a full fence (ring.h)
   char hostname[64];
 };
 
