@@ -330,6 +330,9 @@ ExpectedCalls expectedCalls(const Schedule& s, std::vector<int>* primsSeen) {
         case Prim::kRecvCopySend:
           c.byteCopies += 2;
           break;
+        case Prim::kPeerFold:  // the single copy's step (core/mapped_allreduce.cc), not tryStep's
+          ADD_FAILURE() << "a PeerFold step in an algorithm the engine runs step by step";
+          break;
       }
     }
   return c;
