@@ -33,68 +33,67 @@ net::NicHint planNic(const PeerInfo& self);
 Status finishInit(ncclComm* comm) {
   comm->nranks = comm->bootstrap->nranks();
   comm->rank = comm->bootstrap->rank();
-  comm->commHash = comm->bootstrap->commHash();
-  comm->peers.resize(comm->nranks);
+  comm->peers.commHash = comm->bootstrap->commHash();
+  comm->peers.info.resize(comm->nranks);
   for (int r = 0; r < comm->nranks; ++r) {
     auto blob = comm->bootstrap->peerInfo(r);
     if (blob.size() != sizeof(PeerInfo)) return InternalError("bootstrap returned a %zu-byte peer blob", blob.size());
-    std::memcpy(&comm->peers[r], blob.data(), sizeof(PeerInfo));
-    if (comm->peers[r].version != NCCL_VERSION_CODE)
-      return InvalidUsage("rank %d runs library version %u, rank %d runs %u", r, comm->peers[r].version,
+    std::memcpy(&comm->peers.info[r], blob.data(), sizeof(PeerInfo));
+    if (comm->peers.info[r].version != NCCL_VERSION_CODE)
+      return InvalidUsage("rank %d runs library version %u, rank %d runs %u", r, comm->peers.info[r].version,
                           comm->rank, unsigned(NCCL_VERSION_CODE));
   }
-  comm->localRanks = 0;
-  comm->localRank = 0;
+  comm->peers.localRanks = 0;
+  comm->peers.localRank = 0;
   for (int r = 0; r < comm->nranks; ++r)
-    if (comm->peers[r].hostHash == comm->peers[comm->rank].hostHash) {
-      comm->localRank += r < comm->rank;
-      ++comm->localRanks;
+    if (comm->peers.info[r].hostHash == comm->peers.info[comm->rank].hostHash) {
+      comm->peers.localRank += r < comm->rank;
+      ++comm->peers.localRanks;
     }
   // Waits in connection setup (bootstrap recv) then notice a peer on this host that died
   // before sending what we wait for, instead of sitting out SNCCL_TIMEOUT. The bootstrap
   // is owned by the comm, so `comm` outlives the watch.
   comm->bootstrap->setPeerWatch([comm](int peer) -> std::string {
-    const PeerInfo& p = comm->peers[peer];
-    pid_t pid = watchablePid(comm->peers[comm->rank], p);
+    const PeerInfo& p = comm->peers.info[peer];
+    pid_t pid = watchablePid(comm->peers.info[comm->rank], p);
     if (pid == 0 || !processGone(pid)) return std::string();
-    comm->culprit.store(peer);
+    comm->errors.culprit.store(peer);
     return format("(pid %d, host %s) exited", pid, p.hostname);
   });
   SNCCL_TRY(planCommRing(comm));
   // Each rank's node, for the hierarchical algorithms (same on every rank: from the table).
-  comm->plan.hosts.clear();
-  for (const PeerInfo& p : comm->peers) comm->plan.hosts.push_back(p.hostHash);
-  comm->mappable = true;
-  for (const PeerInfo& p : comm->peers) {
-    const PeerInfo& me = comm->peers[comm->rank];
+  comm->peers.plan.hosts.clear();
+  for (const PeerInfo& p : comm->peers.info) comm->peers.plan.hosts.push_back(p.hostHash);
+  comm->singleCopy.mappable = true;
+  for (const PeerInfo& p : comm->peers.info) {
+    const PeerInfo& me = comm->peers.info[comm->rank];
     bool sameProcess = p.processToken == me.processToken;
     if (p.hostHash != me.hostHash || (!sameProcess && (p.pidNs == 0 || p.pidNs != me.pidNs)))
-      comm->mappable = false;
+      comm->singleCopy.mappable = false;
   }
-  comm->singleCopyBytes = size_t(comm->peers[comm->rank].singleCopyBytes);
+  comm->singleCopy.minBytes = size_t(comm->peers.info[comm->rank].singleCopyBytes);
   // Whether a call takes the single-copy path must be the same on every rank (its
   // messages are not the rings'); a differing threshold would surface later as a
   // confusing size mismatch in the middle of some AllReduce.
-  for (const PeerInfo& p : comm->peers)
-    if (comm->mappable && size_t(p.singleCopyBytes) != comm->singleCopyBytes)
+  for (const PeerInfo& p : comm->peers.info)
+    if (comm->singleCopy.mappable && size_t(p.singleCopyBytes) != comm->singleCopy.minBytes)
       return InvalidUsage("SNCCL_SINGLE_COPY_BYTES differs between ranks of one node: %lld on rank %d, %zu on rank %d; "
                           "set it identically on all ranks (or on none)",
-                          (long long)p.singleCopyBytes, p.rank, comm->singleCopyBytes, comm->rank);
-  comm->sendConn.resize(size_t(comm->nranks) * kMaxChannels);
-  comm->recvConn.resize(size_t(comm->nranks) * kMaxChannels);
-  const bool spansNodes = comm->localRanks < comm->nranks;
+                          (long long)p.singleCopyBytes, p.rank, comm->singleCopy.minBytes, comm->rank);
+  comm->conns.resize(comm->nranks);
+  const bool spansNodes = comm->peers.localRanks < comm->nranks;
   // Ranks on one node use the net only with shm disabled: no topology lookup for them
   // (their channels take the plugin's devices in turn).
-  if (spansNodes) comm->netNic = planNic(comm->peers[comm->rank]);
+  if (spansNodes) comm->conns.nic = planNic(comm->peers.info[comm->rank]);
   SNCCL_ASSIGN_OR_RETURN(const SlotGeometry geometry, slotGeometry(spansNodes));
-  comm->nsteps = geometry.nsteps;
-  comm->slotBytes = geometry.slotBytes;
+  comm->conns.nsteps = geometry.nsteps;
+  comm->conns.slotBytes = geometry.slotBytes;
   SN_INFO(log::kInit, "rank %d: %u slots of %u B per connection (%s=%lld, %s=%lld; ranks %s)", comm->rank,
-          comm->nsteps, comm->slotBytes, params::def(geometry.stepsFrom).name,
+          comm->conns.nsteps, comm->conns.slotBytes, params::def(geometry.stepsFrom).name,
           (long long)params::getInt(geometry.stepsFrom), params::def(geometry.buffFrom).name,
           (long long)params::getInt(geometry.buffFrom), spansNodes ? "span nodes" : "on one node");
   SN_INFO(log::kInit, "rank %d: rings to ranks on this node publish %s", comm->rank,
-          comm->peers[comm->rank].processBarrier
+          comm->peers.info[comm->rank].processBarrier
               ? "without a full fence where the peer's process is registered too; a rank about to sleep calls "
                 "membarrier(2) (SNCCL_MEMBARRIER=1)"
               : (params::getInt(params::Id::Membarrier) != 0
@@ -103,7 +102,7 @@ Status finishInit(ncclComm* comm) {
   std::vector<uint64_t> procs;  // which ranks are threads of one process
   std::vector<int> cpus;        // CPUs of each rank's host: more ranks than CPUs changes the picks
   std::vector<tuning::ChannelRange> ranges;  // what each rank asks for; all use the agreed one
-  for (const PeerInfo& p : comm->peers) {
+  for (const PeerInfo& p : comm->peers.info) {
     procs.push_back(p.processToken);
     cpus.push_back(p.cpus);
     ranges.push_back({p.minChannels, p.maxChannels});
@@ -116,8 +115,8 @@ Status finishInit(ncclComm* comm) {
                 channels.min, channels.max);
         break;
       }
-  comm->tuner = tuning::commTuner(comm->nranks, comm->plan.hosts, procs, cpus, comm->slotBytes, comm->rank == 0,
-                                  channels, comm->mappable ? comm->singleCopyBytes : 0);
+  comm->tuner = tuning::commTuner(comm->nranks, comm->peers.plan.hosts, procs, cpus, comm->conns.slotBytes, comm->rank == 0,
+                                  channels, comm->singleCopy.mappable ? comm->singleCopy.minBytes : 0);
   comm->timeoutNs = params::getInt(params::Id::Timeout) * 1000000000ll;
   // Threads that must run on this host while a rank waits: the ranks, plus, when peers sit
   // on other nodes, the proxy and doorbell threads that move their bytes. A waiter that
@@ -127,11 +126,11 @@ Status finishInit(ncclComm* comm) {
   // threads mostly sleep during an operation; counting them or not measured the same
   // (3 interleaved rounds each, 8 B to 16 MiB), so they stay counted for the cases where
   // they do run (the rank asleep, between operations).
-  const int busyThreads = comm->localRanks + (comm->tuner.shape.nnodes > 1 ? 2 : 0);
+  const int busyThreads = comm->peers.localRanks + (comm->tuner.shape.nnodes > 1 ? 2 : 0);
   comm->spinUs = spinBudgetUs(busyThreads);
   comm->yieldUs = yieldBudgetUs(busyThreads);
   SN_INFO(log::kInit, "comm %p rank %d nRanks %d localRanks %d commHash %016llx - Init COMPLETE", (void*)comm,
-          comm->rank, comm->nranks, comm->localRanks, (unsigned long long)comm->commHash);
+          comm->rank, comm->nranks, comm->peers.localRanks, (unsigned long long)comm->peers.commHash);
   return OkStatus();
 }
 
@@ -143,13 +142,13 @@ Status planCommRing(ncclComm* comm) {
   std::vector<int> ring(comm->nranks);
   for (int r = 0; r < comm->nranks; ++r) ring[r] = r;
   if (comm->nranks <= 2) {
-    comm->plan.ring = std::move(ring);
+    comm->peers.plan.ring = std::move(ring);
     return OkStatus();
   }
   if (comm->rank == 0) {
     const Result<topo::System>& sys = topo::processSystem();
     std::vector<topo::RankLocation> locs(comm->nranks);
-    for (int r = 0; r < comm->nranks; ++r) locs[r] = {comm->peers[r].hostHash, std::string(), comm->peers[r].numa};
+    for (int r = 0; r < comm->nranks; ++r) locs[r] = {comm->peers.info[r].hostHash, std::string(), comm->peers.info[r].numa};
     Result<std::vector<int>> planned = sys.ok() ? topo::planRing(sys.value(), locs) : Result<std::vector<int>>(sys.status());
     if (planned.ok() && planned.value().size() == ring.size()) {
       ring = std::move(planned).value();
@@ -165,7 +164,7 @@ Status planCommRing(ncclComm* comm) {
   std::string order;
   for (int r : ring) order += " " + std::to_string(r);
   SN_INFO(log::kGraph, "Ring 00 :%s", order.c_str());
-  comm->plan.ring = std::move(ring);
+  comm->peers.plan.ring = std::move(ring);
   return OkStatus();
 }
 
@@ -226,13 +225,13 @@ Status initBody(ncclComm* comm, const ncclUniqueId& id) {
   printBannerOnce();
   PeerInfo info = makePeerInfo(comm->rank, comm->config);
   SNCCL_ASSIGN_OR_RETURN(comm->bootstrap,
-                         Bootstrap::init(id, comm->rank, comm->nranks, asBytes(info), &comm->abortFlag));
+                         Bootstrap::init(id, comm->rank, comm->nranks, asBytes(info), &comm->errors.abortFlag));
   return finishInit(comm);
 }
 
 void markInitDone(ncclComm* comm, const Status& st) {
   if (st.ok()) {
-    comm->state.store(int(CommState::kReady));
+    comm->errors.state.store(int(CommState::kReady));
   } else {
     commSetError(comm, st);
   }
@@ -337,7 +336,7 @@ Status makeChild(ncclComm* parent, std::vector<int> members, int childRank, uint
   Status st = runInit(child, [parent, child, members = std::move(members), childRank, childHash] {
     PeerInfo info = makePeerInfo(childRank, child->config);
     SNCCL_ASSIGN_OR_RETURN(child->bootstrap,
-                           parent->bootstrap->split(members, childRank, childHash, asBytes(info), &child->abortFlag));
+                           parent->bootstrap->split(members, childRank, childHash, asBytes(info), &child->errors.abortFlag));
     return finishInit(child);
   });
   if (!st.ok() && st.code() != ncclInProgress) {
@@ -348,7 +347,7 @@ Status makeChild(ncclComm* parent, std::vector<int> members, int childRank, uint
 }
 
 uint64_t childHashOf(ncclComm* parent, int color) {
-  uint64_t h = parent->commHash ^ (uint64_t(uint32_t(color)) * 0x9e3779b97f4a7c15ull);
+  uint64_t h = parent->peers.commHash ^ (uint64_t(uint32_t(color)) * 0x9e3779b97f4a7c15ull);
   h ^= (++parent->splitCount) * 0xbf58476d1ce4e5b9ull;
   return h ^ (h >> 31);
 }
@@ -390,10 +389,13 @@ Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclCo
     if (!excluded[r]) members.push_back(r);
   int childRank = int(std::find(members.begin(), members.end(), parent->rank) - members.begin());
   // Survivors agree on the hash without talking: derive it from the member list.
-  uint64_t h = parent->commHash;
+  uint64_t h = parent->peers.commHash;
   for (int m : members) h = (h ^ uint64_t(m)) * 0x100000001b3ull;
   return makeChild(parent, std::move(members), childRank, h ^ 0x5348524e4bull, cfg, out);
 }
+
+CommCaches::CommCaches(std::shared_ptr<net::RegCache> regs) : scratchPool{std::move(regs)} {}
+CommCaches::~CommCaches() = default;
 
 void commPlaceThread(ncclComm* comm) {
   // A thread that gets a recycled id of a placed one is not placed: harmless (no pin).
@@ -408,7 +410,7 @@ void commPlaceThread(ncclComm* comm) {
   const std::vector<int> allowed = topo::currentThreadCpus();
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (online < 2 || static_cast<long>(allowed.size()) != online) return;
-  const int cpu = topo::pinnedCpuFor(comm->localRank, comm->localRanks, allowed);
+  const int cpu = topo::pinnedCpuFor(comm->peers.localRank, comm->peers.localRanks, allowed);
   if (cpu < 0) return;
   Status st = topo::bindCurrentThread(std::span<const int>(&cpu, 1));
   if (!st.ok()) {
@@ -416,7 +418,7 @@ void commPlaceThread(ncclComm* comm) {
     return;
   }
   SN_INFO(log::kInit, "rank %d (local %d of %d on %zu CPUs): thread pinned to CPU %d (SNCCL_PIN_RANKS)", comm->rank,
-          comm->localRank, comm->localRanks, allowed.size(), cpu);
+          comm->peers.localRank, comm->peers.localRanks, allowed.size(), cpu);
 }
 
 Status checkComm(ncclComm* comm, bool requireReady) {
@@ -424,34 +426,25 @@ Status checkComm(ncclComm* comm, bool requireReady) {
   if (comm->magic != ncclComm::kMagic) return InvalidArgument("comm argument %p is not a valid communicator", (void*)comm);
   if (!requireReady) return OkStatus();
   // A non-blocking init may still be running: collectives wait for it.
-  while (comm->state.load() == int(CommState::kInitializing)) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  int state = comm->state.load();
-  if (state == int(CommState::kFailed)) {
-    std::lock_guard<std::mutex> lock(comm->errorMutex);
-    return Status(static_cast<ncclResult_t>(comm->asyncError.load()),
-                  "communicator is in error state: " + comm->asyncErrorText);
-  }
+  while (comm->errors.state.load() == int(CommState::kInitializing))
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  int state = comm->errors.state.load();
+  if (state == int(CommState::kFailed)) return comm->errors.failure();
   if (state == int(CommState::kRevoked)) return InvalidUsage("communicator was revoked");
   if (state == int(CommState::kFinalized)) return InvalidUsage("communicator was finalized");
   return OkStatus();
 }
 
 void commSetError(ncclComm* comm, const Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(comm->errorMutex);
-    if (comm->asyncError.load() != ncclSuccess) return;
-    comm->asyncErrorText = status.message();
-    comm->asyncError.store(status.code() == ncclSuccess ? ncclInternalError : status.code());
-    comm->state.store(int(CommState::kFailed));
-  }
+  if (!comm->errors.setFirst(status)) return;
   // Peers blocked on us fail now rather than at their timeout; the poison word also
   // names the rank where the failure started, so every survivor can report it.
-  int culprit = comm->culprit.load();
+  int culprit = comm->errors.culprit.load();
   uint32_t word = encodePoison(status.code() == ncclSuccess ? ncclInternalError : status.code(),
                                culprit >= 0 ? culprit : comm->rank);
-  for (auto& c : comm->sendConn)
+  for (auto& c : comm->conns.send)
     if (c) c->poison(word);
-  for (auto& c : comm->recvConn)
+  for (auto& c : comm->conns.recv)
     if (c) c->poison(word);
 }
 
@@ -500,10 +493,10 @@ Status recvConnBlob(Bootstrap& boot, int peer, ConnBlob* blob) {
 }  // namespace
 
 Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std::vector<ConnKey>& recvs) {
-  const PeerInfo& self = comm->peers[comm->rank];
+  const PeerInfo& self = comm->peers.info[comm->rank];
   auto request = [&](ConnKey k) {
-    return ConnRequest{comm->commHash, comm->rank, k.peer, k.channel, comm->nsteps, comm->slotBytes, &self,
-                       &comm->peers[k.peer], comm->netRegs, &comm->netNic};
+    return ConnRequest{comm->peers.commHash, comm->rank, k.peer, k.channel, comm->conns.nsteps, comm->conns.slotBytes, &self,
+                       &comm->peers.info[k.peer], comm->regs.net, &comm->conns.nic};
   };
   for (const std::vector<ConnKey>* keys : {&sends, &recvs})
     for (ConnKey k : *keys)
@@ -513,19 +506,19 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
   // Receivers create and announce first (the sends are buffered), then senders attach:
   // no rank waits before it has announced everything its peers wait for.
   for (ConnKey k : recvs) {
-    std::unique_ptr<Connection>& conn = comm->recvConnOf(k);
+    std::unique_ptr<Connection>& conn = comm->conns.recvOf(k);
     if (conn) continue;
-    SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers[k.peer], self));
+    SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers.info[k.peer], self));
     ConnBlob blob{};
     SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
-    if (conn->receivesAtPointers()) comm->plansRecvs.store(true, std::memory_order_relaxed);
+    if (conn->receivesAtPointers()) comm->conns.plansRecvs.store(true, std::memory_order_relaxed);
     blob.channel = k.channel;
     SNCCL_TRY(sendConnBlob(*comm->bootstrap, k.peer, blob));
-    SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers[k.peer].cudaDev,
+    SN_INFO(log::kInit, "Channel %02d : %d[%d] -> %d[%d] via %s", k.channel, k.peer, comm->peers.info[k.peer].cudaDev,
             comm->rank, self.cudaDev, t->name);
   }
   for (ConnKey k : sends) {
-    std::unique_ptr<Connection>& conn = comm->sendConnOf(k);
+    std::unique_ptr<Connection>& conn = comm->conns.sendOf(k);
     if (conn) continue;
     ConnBlob blob{};
     SNCCL_TRY(recvConnBlob(*comm->bootstrap, k.peer, &blob));
@@ -541,33 +534,22 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
   return OkStatus();
 }
 
-namespace {
-// Waits until every operation issued on the communicator has finished.
-void waitAllTickets(ncclComm* comm) {
-  std::unique_lock<std::mutex> lock(comm->orderMutex);
-  comm->orderWaiters.fetch_add(1);
-  while (comm->ticketsDone.load() != comm->ticketsIssued.load())
-    comm->orderCv.wait_for(lock, std::chrono::milliseconds(10));
-  comm->orderWaiters.fetch_sub(1);
-}
-}  // namespace
-
 Status commFinalize(ncclComm* comm) {
-  waitAllTickets(comm);
+  comm->ordering.waitAll();
   int expected = int(CommState::kReady);
-  comm->state.compare_exchange_strong(expected, int(CommState::kFinalized));
+  comm->errors.state.compare_exchange_strong(expected, int(CommState::kFinalized));
   return OkStatus();
 }
 
 void commFree(ncclComm* comm) {
   if (comm->initThread.joinable()) comm->initThread.join();
-  waitAllTickets(comm);  // queued host-stream work still references the communicator
+  comm->ordering.waitAll();  // queued host-stream work still references the communicator
   comm->magic = 0;
   delete comm;
 }
 
 void commAbort(ncclComm* comm) {
-  comm->abortFlag.store(true);
+  comm->errors.abortFlag.store(true);
   if (comm->bootstrap) {
     // Peers may be in connection setup with us (waiting for our blob, or connecting):
     // tell them, ring neighbours first, within a short budget. NCCL's abort is purely
@@ -578,7 +560,7 @@ void commAbort(ncclComm* comm) {
       order.push_back((comm->rank + d) % n);
       if (n - d != d) order.push_back((comm->rank - d + n) % n);
     }
-    const int culprit = comm->culprit.load();
+    const int culprit = comm->errors.culprit.load();
     comm->bootstrap->notifyAbort(order, std::chrono::milliseconds(500), culprit >= 0 ? culprit : comm->rank);
     comm->bootstrap->abort();
   }
