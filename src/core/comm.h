@@ -41,7 +41,8 @@ struct CommConfig {
   int maxChannels = 0;
 };
 
-// Parses a user ncclConfig_t honouring its size and version (older callers keep working).
+// Parses a user ncclConfig_t honouring its size and version (older callers keep working)
+// (core/comm_create.cc).
 Status parseConfig(const ncclConfig_t* user, CommConfig* out);
 
 struct AlgorithmDef;
@@ -241,10 +242,12 @@ struct ncclComm {
   snccl::CommRegistrations regs;
   snccl::CommRedOps redOps;
   snccl::CommCaches caches{regs.net};
-  uint64_t splitCount = 0;
+  uint64_t splitCount = 0;  // commSplit calls so far (every rank makes each): child hashes
 };
 
 namespace snccl {
+
+// Creation (core/comm_create.cc).
 
 // Creates the communicator object for a rank and runs (or starts, when non-blocking) init.
 Status commInitRank(ncclComm** out, int nranks, const ncclUniqueId& id, int rank, const CommConfig& cfg);
@@ -252,6 +255,9 @@ Status commInitRank(ncclComm** out, int nranks, const ncclUniqueId& id, int rank
 Status commSplit(ncclComm* parent, int color, int key, ncclComm** out, const CommConfig& cfg);
 Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclComm** out, const CommConfig& cfg,
                   int flags);
+
+// Runtime (core/comm.cc).
+
 // Waits for outstanding operations, then a barrier with the peers.
 Status commFinalize(ncclComm* comm);
 // Frees local resources; never waits on peers.
