@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,50 @@ namespace snccl {
 
 CommCaches::CommCaches(std::shared_ptr<net::RegCache> regs) : scratchPool{std::move(regs)} {}
 CommCaches::~CommCaches() = default;
+
+Registration* CommRegistrations::add(void* buff, size_t size) {
+  auto reg = std::make_unique<Registration>(Registration{buff, size, net->add(buff, size)});
+  Registration* handle = reg.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  list_.push_back(std::move(reg));
+  return handle;
+}
+
+size_t CommRedOps::add(const PreMulOp& op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t idx = 0;
+  while (idx < preMul_.size() && preMul_[idx].live) ++idx;
+  if (idx == preMul_.size()) preMul_.push_back(op);
+  else preMul_[idx] = op;
+  return idx;
+}
+
+bool CommRedOps::remove(size_t idx) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (idx >= preMul_.size() || !preMul_[idx].live) return false;
+  preMul_[idx].live = false;
+  return true;
+}
+
+std::optional<PreMulOp> CommRedOps::find(size_t idx) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (idx >= preMul_.size() || !preMul_[idx].live) return std::nullopt;
+  return preMul_[idx];
+}
+
+PreMulOp CommRedOps::at(size_t idx) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return preMul_[idx];
+}
+
+bool CommRegistrations::remove(const void* handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::find_if(list_.begin(), list_.end(), [&](const auto& r) { return r.get() == handle; });
+  if (it == list_.end()) return false;
+  net->remove((*it)->netId);
+  list_.erase(it);
+  return true;
+}
 
 void commPlaceThread(ncclComm* comm) {
   // A thread that gets a recycled id of a placed one is not placed: harmless (no pin).

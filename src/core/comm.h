@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,20 +176,40 @@ struct CommSingleCopy {
   PeerBuffers peerBuffers;
 };
 
-// Buffers registered with ncclCommRegister.
+// Buffers registered with ncclCommRegister (core/comm.cc).
 struct CommRegistrations {
-  std::mutex mutex;  // guards list
-  std::vector<std::unique_ptr<Registration>> list;
+  // Records [buff, buff + size) and adds it to `net`; the record is the user's handle.
+  Registration* add(void* buff, size_t size);
+  // Removes a record add() returned, from `net` too; false if `handle` is none (or was
+  // removed already).
+  bool remove(const void* handle);
+
   // The registered ranges the net connections may send from and receive into in place
   // (net/reg_cache.h): shared with them, as a connection's proxy entry may outlive the
   // communicator's last reference to it by a flush.
   std::shared_ptr<net::RegCache> net = std::make_shared<net::RegCache>();
+
+ private:
+  std::mutex mutex_;  // guards list_
+  std::vector<std::unique_ptr<Registration>> list_;
 };
 
-// User reduction operators (ncclRedOpCreatePreMulSum).
+// User reduction operators (ncclRedOpCreatePreMulSum): slot i is ncclRedOp_t(ncclNumOps
+// + i). Slots are reused once destroyed and never removed, so an index that was valid
+// stays in range (core/comm.cc).
 struct CommRedOps {
-  std::mutex mutex;  // guards preMul
-  std::vector<PreMulOp> preMul;  // index i is ncclRedOp_t(ncclNumOps + i)
+  // Stores `op` in the first free slot and returns its index.
+  size_t add(const PreMulOp& op);
+  // Frees slot idx; false if it holds no live operator.
+  bool remove(size_t idx);
+  // The live operator in slot idx, or nullopt.
+  std::optional<PreMulOp> find(size_t idx);
+  // Slot idx as it is, live or not; idx must have been returned by add().
+  PreMulOp at(size_t idx);
+
+ private:
+  std::mutex mutex_;  // guards preMul_
+  std::vector<PreMulOp> preMul_;
 };
 
 // What operations reuse between calls.

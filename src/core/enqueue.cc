@@ -43,14 +43,13 @@ Status checkOp(const PendingOp& op, const engine::DataEngine** engine) {
   if (isReduction(op.coll)) {
     if (op.op < 0) return InvalidArgument("invalid reduction operation %d", int(op.op));
     if (op.op >= ncclNumOps) {
-      std::lock_guard<std::mutex> lock(comm->redOps.mutex);
-      size_t idx = size_t(op.op) - ncclNumOps;
-      if (idx >= comm->redOps.preMul.size() || !comm->redOps.preMul[idx].live)
+      const std::optional<PreMulOp> p = comm->redOps.find(size_t(op.op) - ncclNumOps);
+      if (!p)
         return InvalidArgument("invalid reduction operation %d (not created on this communicator)",
                                int(op.op));
-      if (comm->redOps.preMul[idx].dt != op.dt)
+      if (p->dt != op.dt)
         return InvalidArgument("PreMulSum operation %d was created for %s, used with %s", int(op.op),
-                               kernels::typeName(comm->redOps.preMul[idx].dt), kernels::typeName(op.dt));
+                               kernels::typeName(p->dt), kernels::typeName(op.dt));
     }
   }
   if (isRooted(op.coll) && (op.root < 0 || op.root >= comm->nranks))
@@ -106,8 +105,7 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
     spec.divisor = op == ncclAvg ? uint32_t(comm->nranks) : 0;
     return spec;
   }
-  std::lock_guard<std::mutex> lock(comm->redOps.mutex);
-  const PreMulOp& p = comm->redOps.preMul[size_t(op) - ncclNumOps];
+  const PreMulOp p = comm->redOps.at(size_t(op) - ncclNumOps);
   spec.base = ncclSum;
   spec.hasScalar = true;
   size_t es = kernels::typeSize(p.dt);
