@@ -151,7 +151,7 @@ SNCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     // In-flight operations stop (their connections are poisoned); the object stays for
     // Destroy/Split/Shrink, whose bootstrap is untouched.
     commSetError(comm, RemoteError("rank %d revoked the communicator", comm->rank));
-    comm->state.store(int(CommState::kRevoked));
+    comm->errors.state.store(int(CommState::kRevoked));
   }
   return apiResult(st, "ncclCommRevoke");
 }
@@ -160,10 +160,10 @@ SNCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* as
   if (asyncError == nullptr) return apiResult(InvalidArgument("asyncError is NULL"), "ncclCommGetAsyncError");
   Status st = checkComm(comm, false);
   if (!st.ok()) return apiResult(st, "ncclCommGetAsyncError");
-  if (comm->state.load() == int(CommState::kInitializing)) {
+  if (comm->errors.state.load() == int(CommState::kInitializing)) {
     *asyncError = ncclInProgress;
   } else {
-    *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
+    *asyncError = static_cast<ncclResult_t>(comm->errors.asyncError.load());
   }
   return ncclSuccess;
 }

@@ -39,25 +39,17 @@ SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
   if (st.ok() && (handle == nullptr || (buff == nullptr && size > 0)))
     st = InvalidArgument("handle is NULL or buff is NULL");
   if (!st.ok()) return apiResult(st, "ncclCommRegister");
-  auto reg = std::make_unique<Registration>(Registration{buff, size, comm->netRegs->add(buff, size)});
-  *handle = reg.get();
-  std::lock_guard<std::mutex> lock(comm->regMutex);
-  comm->registrations.push_back(std::move(reg));
+  *handle = comm->regs.add(buff, size);
   return ncclSuccess;
 }
 
 SNCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   Status st = checkComm(comm, false);
   if (!st.ok()) return apiResult(st, "ncclCommDeregister");
-  std::lock_guard<std::mutex> lock(comm->regMutex);
-  auto& regs = comm->registrations;
-  auto it = std::find_if(regs.begin(), regs.end(), [&](const auto& r) { return r.get() == handle; });
-  if (it == regs.end())
+  if (!comm->regs.remove(handle))
     return apiResult(InvalidArgument("handle %p is not registered on this communicator (or was deregistered "
                                      "already)", handle),
                      "ncclCommDeregister");
-  comm->netRegs->remove((*it)->netId);
-  regs.erase(it);
   return ncclSuccess;
 }
 
@@ -90,12 +82,7 @@ SNCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,
   } else {
     p.ptr = scalar;  // host build: a host pointer, read when each operation is launched
   }
-  std::lock_guard<std::mutex> lock(comm->redOpMutex);
-  size_t idx = 0;
-  while (idx < comm->preMulOps.size() && comm->preMulOps[idx].live) ++idx;
-  if (idx == comm->preMulOps.size()) comm->preMulOps.push_back(p);
-  else comm->preMulOps[idx] = p;
-  *op = static_cast<ncclRedOp_t>(ncclNumOps + int(idx));
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + int(comm->redOps.add(p)));
   return ncclSuccess;
 }
 
@@ -103,11 +90,8 @@ SNCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   Status st = checkComm(comm, false);
   if (st.ok() && op < ncclNumOps) st = InvalidArgument("operation %d is built in and cannot be destroyed", int(op));
   if (!st.ok()) return apiResult(st, "ncclRedOpDestroy");
-  std::lock_guard<std::mutex> lock(comm->redOpMutex);
-  size_t idx = size_t(op) - ncclNumOps;
-  if (idx >= comm->preMulOps.size() || !comm->preMulOps[idx].live)
+  if (!comm->redOps.remove(size_t(op) - ncclNumOps))
     return apiResult(InvalidArgument("operation %d was not created on this communicator", int(op)),
                      "ncclRedOpDestroy");
-  comm->preMulOps[idx].live = false;
   return ncclSuccess;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,8 @@
 #include "collectives/tuning/selector.h"
 #include "common/status.h"
 #include "core/bootstrap.h"
+#include "core/comm_errors.h"
+#include "core/comm_ordering.h"
 #include "core/peer_buffers.h"
 #include "core/scratch_pool.h"
 #include "snccl/nccl.h"
@@ -39,13 +42,14 @@ struct CommConfig {
   int maxChannels = 0;
 };
 
-// Parses a user ncclConfig_t honouring its size and version (older callers keep working).
+// Parses a user ncclConfig_t honouring its size and version (older callers keep working)
+// (core/comm_create.cc).
 Status parseConfig(const ncclConfig_t* user, CommConfig* out);
 
 struct AlgorithmDef;
 
 // A buffer registered with ncclCommRegister: the record lets deregistration be checked,
-// and netId is its range in ncclComm::netRegs, where net plugins that need registration
+// and netId is its range in ncclComm::regs.net, where net plugins that need registration
 // find it (shm and local need none).
 struct Registration {
   void* buff;
@@ -112,8 +116,6 @@ struct ScheduleCacheEntry {
 
 class CommRunner;
 
-enum class CommState : int { kInitializing, kReady, kFailed, kRevoked, kFinalized };
-
 // A user-created PreMulSum operator (ncclRedOpCreatePreMulSum).
 struct PreMulOp {
   bool live = false;
@@ -123,102 +125,150 @@ struct PreMulOp {
   const void* ptr = nullptr;     // ScalarDevice: read when the operation runs
 };
 
+// Who the ranks are and how they are laid out; set once at init, read-only afterwards.
+struct CommPeers {
+  std::vector<PeerInfo> info;  // by rank, from the bootstrap's allgather
+  uint64_t commHash = 0;
+  int localRanks = 1;  // ranks on this node (same host hash)
+  int localRank = 0;   // this rank's index among them (by rank)
+  ChannelPlan plan;    // ring order chosen by the topology planner at creation
+};
+
+// Connections by channel and peer (index channel * nranks + peer), sized for
+// kMaxChannels at init and created lazily; touched only by the thread that currently
+// executes this communicator's operations (see CommOrdering).
+struct CommConnections {
+  std::vector<std::unique_ptr<Connection>> send;
+  std::vector<std::unique_ptr<Connection>> recv;
+  uint32_t nsteps = 8;
+  uint32_t slotBytes = 0;
+  // The NIC the planner picks for this rank (net/net_device.h), set at init.
+  net::NicHint nic;
+  // Some receive connection takes plans (Connection::planRecvs: the net's); until then the
+  // executor skips planning, which costs a lookup per connection and operation.
+  std::atomic<bool> plansRecvs{false};
+
+  // Sizes the table for nranks ranks (at init, before any connection exists).
+  void resize(int nranks) {
+    nranks_ = size_t(nranks);
+    send.resize(nranks_ * kMaxChannels);
+    recv.resize(nranks_ * kMaxChannels);
+  }
+  std::unique_ptr<Connection>& sendOf(ConnKey k) { return send[index(k)]; }
+  std::unique_ptr<Connection>& recvOf(ConnKey k) { return recv[index(k)]; }
+  size_t index(ConnKey k) const { return size_t(k.channel) * nranks_ + size_t(k.peer); }
+
+ private:
+  size_t nranks_ = 0;
+};
+
+// Single-copy AllReduce (core/mapped_allreduce.cc): every rank is on this node and can
+// name the others' processes (one PID namespace, or one process), so that it may map
+// their buffers; AllReduces of at least minBytes (0: never) try it. mappable and
+// minBytes are the same on every rank (from the peers' table and
+// SNCCL_SINGLE_COPY_BYTES, which must match), set at init; the rest belongs to the
+// thread that executes the communicator's operations.
+struct CommSingleCopy {
+  bool mappable = false;
+  size_t minBytes = 0;
+  bool connected = false;  // channel 0 to and from every peer exists
+  int verdict = -1;        // the last one (1 single copy, 0 rings), logged on change
+  PeerBuffers peerBuffers;
+};
+
+// Buffers registered with ncclCommRegister (core/comm.cc).
+struct CommRegistrations {
+  // Records [buff, buff + size) and adds it to `net`; the record is the user's handle.
+  Registration* add(void* buff, size_t size);
+  // Removes a record add() returned, from `net` too; false if `handle` is none (or was
+  // removed already).
+  bool remove(const void* handle);
+
+  // The registered ranges the net connections may send from and receive into in place
+  // (net/reg_cache.h): shared with them, as a connection's proxy entry may outlive the
+  // communicator's last reference to it by a flush.
+  std::shared_ptr<net::RegCache> net = std::make_shared<net::RegCache>();
+
+ private:
+  std::mutex mutex_;  // guards list_
+  std::vector<std::unique_ptr<Registration>> list_;
+};
+
+// User reduction operators (ncclRedOpCreatePreMulSum): slot i is ncclRedOp_t(ncclNumOps
+// + i). Slots are reused once destroyed and never removed, so an index that was valid
+// stays in range (core/comm.cc).
+struct CommRedOps {
+  // Stores `op` in the first free slot and returns its index.
+  size_t add(const PreMulOp& op);
+  // Frees slot idx; false if it holds no live operator.
+  bool remove(size_t idx);
+  // The live operator in slot idx, or nullopt.
+  std::optional<PreMulOp> find(size_t idx);
+  // Slot idx as it is, live or not; idx must have been returned by add().
+  PreMulOp at(size_t idx);
+
+ private:
+  std::mutex mutex_;  // guards preMul_
+  std::vector<PreMulOp> preMul_;
+};
+
+// What operations reuse between calls.
+struct CommCaches {
+  // Out of line, where CommRunner is complete.
+  explicit CommCaches(std::shared_ptr<net::RegCache> regs);
+  ~CommCaches();
+
+  // Recently generated schedules, reused by identical calls (training loops and
+  // benchmarks repeat the same shapes); guarded by scheduleMutex.
+  std::mutex scheduleMutex;
+  std::vector<ScheduleCacheEntry> schedules;
+  size_t next = 0;  // the entry a full cache replaces next
+  // Scratch and staging memory of operations, reused (declared before anything that
+  // holds leases from it, so it is destroyed after them).
+  ScratchPool scratchPool;
+  // Reused by blocking calls outside groups, so a small call allocates nothing.
+  std::unique_ptr<CommRunner> soloRunner;
+};
+
 }  // namespace snccl
 
+// Members are destroyed in reverse order: the caches (and the leases their runner holds)
+// before the registrations and connections they use, the connections before the
+// bootstrap.
 struct ncclComm {
   uint64_t magic = kMagic;
   static constexpr uint64_t kMagic = 0x736e63636c636f6dull;  // "snccl com"
 
   int rank = 0;
   int nranks = 0;
-  int localRanks = 1;  // ranks on this node (same host hash)
-  int localRank = 0;   // this rank's index among them (by rank)
   // The last thread whose placement commPlaceThread() settled (SNCCL_PIN_RANKS): another
   // thread running this communicator's operations is looked at once more.
   std::atomic<std::thread::id> placedThread{};
   snccl::CommConfig config;
   std::unique_ptr<snccl::Bootstrap> bootstrap;
-  std::vector<snccl::PeerInfo> peers;
-  uint64_t commHash = 0;
-  snccl::ChannelPlan plan;  // ring order chosen by the topology planner at creation
-  // The NIC the planner picks for this rank (net/net_device.h), set at init.
-  snccl::net::NicHint netNic;
+  snccl::CommPeers peers;
   // Cost-model inputs (node structure, slot size, SNCCL_ALGO/PROTO), identical on every
   // rank, set once at init; the selector reads them per call. tuneLog: last decisions.
   snccl::tuning::Tuner tuner;
   snccl::tuning::DecisionLog tuneLog;
-
-  // Connections by channel and peer (index channel * nranks + peer), sized for
-  // kMaxChannels at init and created lazily; touched only by the thread that currently
-  // executes this communicator's operations (see the ticket below).
-  std::vector<std::unique_ptr<snccl::Connection>> sendConn;
-  std::vector<std::unique_ptr<snccl::Connection>> recvConn;
-  std::unique_ptr<snccl::Connection>& sendConnOf(snccl::ConnKey k) { return sendConn[connIndex(k)]; }
-  std::unique_ptr<snccl::Connection>& recvConnOf(snccl::ConnKey k) { return recvConn[connIndex(k)]; }
-  size_t connIndex(snccl::ConnKey k) const { return size_t(k.channel) * size_t(nranks) + size_t(k.peer); }
-  uint32_t nsteps = 8;
-  uint32_t slotBytes = 0;
-  // Single-copy AllReduce (core/mapped_allreduce.cc): every rank is on this node and can
-  // name the others' processes (one PID namespace, or one process), so that it may map
-  // their buffers; AllReduces of at least singleCopyBytes (0: never) try it. Same on
-  // every rank (from the peers' table and SNCCL_SINGLE_COPY_BYTES, which must match).
-  bool mappable = false;
-  size_t singleCopyBytes = 0;
-  bool mappedConnected = false;  // channel 0 to and from every peer exists
-  // Some receive connection takes plans (Connection::planRecvs: the net's); until then the
-  // executor skips planning, which costs a lookup per connection and operation.
-  std::atomic<bool> plansRecvs{false};
-  int mappedVerdict = -1;        // the last one (1 single copy, 0 rings), logged on change
-  snccl::PeerBuffers peerBuffers;
+  snccl::CommConnections conns;
+  snccl::CommSingleCopy singleCopy;
   int64_t timeoutNs = 0;  // 0: no limit
   int64_t spinUs = 0;
   int64_t yieldUs = 0;  // see yieldBudgetUs()
 
-  std::atomic<bool> abortFlag{false};
-  std::atomic<int> state{static_cast<int>(snccl::CommState::kInitializing)};
-  std::atomic<int> asyncError{ncclSuccess};
-  std::atomic<int> culprit{-1};  // rank where a failure started (a dead peer), -1 unknown
-  std::string asyncErrorText;  // guarded by errorMutex
-  std::mutex errorMutex;
-  std::thread initThread;      // non-blocking init
-
-  // Operations execute in issue order: issue() hands out tickets, runners wait for theirs.
-  // Taking a ticket, and finding one's turn has come, take no lock (the common case: one
-  // thread issuing blocking calls). A thread that must wait registers in orderWaiters
-  // before it re-checks ticketsDone under orderMutex; a finisher bumps ticketsDone, then
-  // notifies orderCv only when it sees a waiter (both sequentially consistent, so one of
-  // the two always sees the other).
-  std::mutex orderMutex;
-  std::condition_variable orderCv;
-  std::atomic<uint64_t> ticketsIssued{0};
-  std::atomic<uint64_t> ticketsDone{0};
-  std::atomic<uint32_t> orderWaiters{0};
-  uint64_t collSeq = 0;  // collectives issued; the basis of operation signatures
-
-  std::mutex regMutex;
-  std::vector<std::unique_ptr<snccl::Registration>> registrations;
-  // The registered ranges the net connections may send from and receive into in place
-  // (net/reg_cache.h): shared with them, as a connection's proxy entry may outlive the
-  // communicator's last reference to it by a flush.
-  std::shared_ptr<snccl::net::RegCache> netRegs = std::make_shared<snccl::net::RegCache>();
-
-  std::mutex redOpMutex;
-  std::vector<snccl::PreMulOp> preMulOps;  // index i is ncclRedOp_t(ncclNumOps + i)
-
-  // Recently generated schedules, reused by identical calls (training loops and
-  // benchmarks repeat the same shapes); guarded by cacheMutex.
-  std::mutex cacheMutex;
-  std::vector<snccl::ScheduleCacheEntry> scheduleCache;
-  size_t cacheNext = 0;
-  // Scratch and staging memory of operations, reused (declared before anything that
-  // holds leases from it, so it is destroyed after them).
-  snccl::ScratchPool scratchPool{netRegs};
-  // Reused by blocking calls outside groups, so a small call allocates nothing.
-  std::unique_ptr<snccl::CommRunner> soloRunner;
-  uint64_t splitCount = 0;
+  snccl::CommErrors errors;
+  std::thread initThread;  // non-blocking init
+  snccl::CommOrdering ordering;
+  snccl::CommRegistrations regs;
+  snccl::CommRedOps redOps;
+  snccl::CommCaches caches{regs.net};
+  uint64_t splitCount = 0;  // commSplit calls so far (every rank makes each): child hashes
 };
 
 namespace snccl {
+
+// Creation (core/comm_create.cc).
 
 // Creates the communicator object for a rank and runs (or starts, when non-blocking) init.
 Status commInitRank(ncclComm** out, int nranks, const ncclUniqueId& id, int rank, const CommConfig& cfg);
@@ -226,6 +276,9 @@ Status commInitRank(ncclComm** out, int nranks, const ncclUniqueId& id, int rank
 Status commSplit(ncclComm* parent, int color, int key, ncclComm** out, const CommConfig& cfg);
 Status commShrink(ncclComm* parent, const int* exclude, int excludeCount, ncclComm** out, const CommConfig& cfg,
                   int flags);
+
+// Runtime (core/comm.cc).
+
 // Waits for outstanding operations, then a barrier with the peers.
 Status commFinalize(ncclComm* comm);
 // Frees local resources; never waits on peers.

@@ -43,14 +43,13 @@ Status checkOp(const PendingOp& op, const engine::DataEngine** engine) {
   if (isReduction(op.coll)) {
     if (op.op < 0) return InvalidArgument("invalid reduction operation %d", int(op.op));
     if (op.op >= ncclNumOps) {
-      std::lock_guard<std::mutex> lock(comm->redOpMutex);
-      size_t idx = size_t(op.op) - ncclNumOps;
-      if (idx >= comm->preMulOps.size() || !comm->preMulOps[idx].live)
+      const std::optional<PreMulOp> p = comm->redOps.find(size_t(op.op) - ncclNumOps);
+      if (!p)
         return InvalidArgument("invalid reduction operation %d (not created on this communicator)",
                                int(op.op));
-      if (comm->preMulOps[idx].dt != op.dt)
+      if (p->dt != op.dt)
         return InvalidArgument("PreMulSum operation %d was created for %s, used with %s", int(op.op),
-                               kernels::typeName(comm->preMulOps[idx].dt), kernels::typeName(op.dt));
+                               kernels::typeName(p->dt), kernels::typeName(op.dt));
     }
   }
   if (isRooted(op.coll) && (op.root < 0 || op.root >= comm->nranks))
@@ -106,8 +105,7 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
     spec.divisor = op == ncclAvg ? uint32_t(comm->nranks) : 0;
     return spec;
   }
-  std::lock_guard<std::mutex> lock(comm->redOpMutex);
-  const PreMulOp& p = comm->preMulOps[size_t(op) - ncclNumOps];
+  const PreMulOp p = comm->redOps.at(size_t(op) - ncclNumOps);
   spec.base = ncclSum;
   spec.hasScalar = true;
   size_t es = kernels::typeSize(p.dt);
@@ -117,7 +115,7 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
 }
 
 // The schedule of `pick` from the communicator's cache (or generated into it); the caller
-// holds comm->cacheMutex.
+// holds comm->caches.scheduleMutex.
 Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, const tuning::Decision& pick,
                                                                 const CollArgs& args, size_t elemSize) {
   // The selector's chunk size, never above the caller's (one slot), becomes the
@@ -127,20 +125,20 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
   CollArgs a = args;
   a.chunkElems = std::max<size_t>(1, std::min(args.chunkElems, pick.chunkBytes / elemSize));
   a.channels = pick.channels;
-  for (const ScheduleCacheEntry& e : comm->scheduleCache)
+  for (const ScheduleCacheEntry& e : comm->caches.schedules)
     if (e.alg == alg && e.args.coll == a.coll && e.args.count == a.count && e.args.root == a.root &&
         e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace && e.args.channels == a.channels)
       return e.prep;
   auto prep = std::make_shared<PreparedSchedule>();
-  SNCCL_TRY(generateSchedule(*alg, a, comm->plan, &prep->sched));
+  SNCCL_TRY(generateSchedule(*alg, a, comm->peers.plan, &prep->sched));
   prep->analyse();
   constexpr size_t kCacheSize = 16;
   ScheduleCacheEntry entry{a, alg, prep};
-  if (comm->scheduleCache.size() < kCacheSize) {
-    comm->scheduleCache.push_back(std::move(entry));
+  if (comm->caches.schedules.size() < kCacheSize) {
+    comm->caches.schedules.push_back(std::move(entry));
   } else {
-    comm->scheduleCache[comm->cacheNext] = std::move(entry);
-    comm->cacheNext = (comm->cacheNext + 1) % kCacheSize;
+    comm->caches.schedules[comm->caches.next] = std::move(entry);
+    comm->caches.next = (comm->caches.next + 1) % kCacheSize;
   }
   return std::shared_ptr<const PreparedSchedule>(std::move(prep));
 }
@@ -154,7 +152,7 @@ Status chooseSchedules(ncclComm* comm, const CollArgs& args, size_t elemSize, Ex
   e->mapped = pick.algo != nullptr && pick.algo->readsPeers;
   const tuning::Decision single = pick;
   if (e->mapped) pick = tuning::selectWithoutPeerReads(comm->tuner, args.coll, bytes);
-  std::lock_guard<std::mutex> lock(comm->cacheMutex);
+  std::lock_guard<std::mutex> lock(comm->caches.scheduleMutex);
   if (e->mapped) {
     SNCCL_ASSIGN_OR_RETURN(e->mappedPrep, cachedSchedule(comm, single, args, elemSize));
   } else {
@@ -179,7 +177,7 @@ Status bindBuffers(ncclComm* comm, ExecOp* e, void* input, void* output) {
     if (bufs[i].role == BufRole::kInput) e->bufs[i] = static_cast<char*>(input);
     if (bufs[i].role == BufRole::kOutput) e->bufs[i] = static_cast<char*>(output);
     if (bufs[i].role == BufRole::kScratch) {
-      if (!e->scratch.ensure(comm->scratchPool, bufs[i].elems * e->elemSize))
+      if (!e->scratch.ensure(comm->caches.scratchPool, bufs[i].elems * e->elemSize))
         return SystemError("%s: cannot map %zu bytes of scratch memory", e->describe().c_str(),
                            bufs[i].elems * e->elemSize);
       e->bufs[i] = e->scratch.data();
@@ -197,7 +195,7 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   e->count = p.count;
   e->root = isRooted(p.coll) ? p.root : -1;
   e->userOp = isReduction(p.coll) ? p.op : ncclSum;
-  e->seq = comm->collSeq++;
+  e->seq = comm->ordering.collSeq++;
   e->sig = makeSignature(e->seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
                          std::max(e->root, 0), p.count);
   e->op = isReduction(p.coll) ? resolveOp(comm, p.op) : kernels::RedOpSpec{};
@@ -209,7 +207,7 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   args.nranks = comm->nranks;
   args.count = p.count;
   args.root = isRooted(p.coll) ? p.root : 0;
-  args.chunkElems = comm->slotBytes / e->elemSize;
+  args.chunkElems = comm->conns.slotBytes / e->elemSize;
   args.inPlace = inPlace(p, comm->rank, e->elemSize);
   const CollArgs& q = e->request;
   bool same = e->prep != nullptr && e->requestElemSize == e->elemSize && q.coll == args.coll &&
@@ -244,7 +242,7 @@ Status stageOverlappingSends(ncclComm* comm, const std::vector<const PendingOp*>
       }
   }
   if (staged.empty()) return OkStatus();
-  if (!e->scratch.ensure(comm->scratchPool, total))
+  if (!e->scratch.ensure(comm->caches.scratchPool, total))
     return SystemError("rank %d: cannot map %zu bytes to stage in-place sends", comm->rank, total);
   size_t off = 0;
   for (size_t i : staged) {
@@ -262,12 +260,12 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   e.dt = ncclUint8;
   e.elemSize = 1;
   e.coll = CollKind::kSendRecv;
-  e.seq = comm->collSeq;
+  e.seq = comm->ordering.collSeq;
   std::vector<P2POp> p2p;
   p2p.reserve(ops.size());
   for (const PendingOp* p : ops) p2p.push_back({p->isSend, p->peer, p->count * kernels::typeSize(p->dt)});
   auto prep = std::make_shared<PreparedSchedule>();
-  SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->slotBytes, &prep->sched));
+  SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->conns.slotBytes, &prep->sched));
   prep->analyse();
   e.prep = prep;
   e.sched = &prep->sched;
@@ -290,7 +288,7 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   return e;
 }
 
-uint64_t takeTicket(ncclComm* comm) { return comm->ticketsIssued.fetch_add(1); }
+uint64_t takeTicket(ncclComm* comm) { return comm->ordering.take(); }
 
 // Collectives of one communicator run now on the calling thread (NULL stream, no
 // send/recv): the communicator's reusable runner, so nothing is allocated once the
@@ -299,8 +297,8 @@ uint64_t takeTicket(ncclComm* comm) { return comm->ticketsIssued.fetch_add(1); }
 // as the message itself.
 Status runSolo(std::span<const PendingOp> ops) {
   ncclComm* comm = ops[0].comm;
-  if (!comm->soloRunner) comm->soloRunner = std::make_unique<CommRunner>(comm);
-  CommRunner* r = comm->soloRunner.get();
+  if (!comm->caches.soloRunner) comm->caches.soloRunner = std::make_unique<CommRunner>(comm);
+  CommRunner* r = comm->caches.soloRunner.get();
   if (r->ops().size() < ops.size()) r->ops().resize(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) SNCCL_TRY(buildCollective(ops[i], &r->ops()[i]));
   r->reset(ops.size(), takeTicket(comm));

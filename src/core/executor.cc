@@ -32,7 +32,7 @@ constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20
 // when `origin` names no rank.
 std::string failedBefore(const ncclComm& comm, int origin, int peer) {
   if (origin < 0 || origin >= comm.nranks || origin == peer) return std::string();
-  const PeerInfo& o = comm.peers[origin];
+  const PeerInfo& o = comm.peers.info[origin];
   return format(" after rank %d (pid %d, host %s) failed", origin, o.pid, o.hostname);
 }
 }  // namespace
@@ -59,20 +59,20 @@ void CommRunner::reset(size_t nops, uint64_t ticket) {
 bool CommRunner::needsConnect() const {
   for (size_t i = 0; i < nops_; ++i) {
     if (!ops_[i].prep->connected.load(std::memory_order_acquire)) return true;
-    if (ops_[i].mapped && !comm_->mappedConnected) return true;
+    if (ops_[i].mapped && !comm_->singleCopy.connected) return true;
   }
   return false;
 }
 
 Status CommRunner::connect() {
   for (size_t i = 0; i < nops_; ++i) {
-    if (ops_[i].mapped && !comm_->mappedConnected) {
+    if (ops_[i].mapped && !comm_->singleCopy.connected) {
       // The single-copy protocol talks to every peer on channel 0.
       std::vector<ConnKey> all;
       for (int p = 0; p < comm_->nranks; ++p)
         if (p != comm_->rank) all.push_back({p, 0});
       SNCCL_TRY(commConnect(comm_, all, all));
-      comm_->mappedConnected = true;
+      comm_->singleCopy.connected = true;
     }
     const PreparedSchedule& p = *ops_[i].prep;
     if (p.connected.load(std::memory_order_acquire)) continue;
@@ -104,7 +104,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
   const char* in = nullptr;
   char* out = nullptr;
   if (primReceives(st.prim)) {
-    rc = comm_->recvConnOf({st.recvPeer, st.channel}).get();
+    rc = comm_->conns.recvOf({st.recvPeer, st.channel}).get();
     uint32_t got = 0;
     uint64_t sig = 0;
     in = rc->tryRecvSlot(&got, &sig);
@@ -115,7 +115,7 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
     if (got != bytes || !signatureMatches(sig, op.sig)) return mismatchError(comm_, op, st.recvPeer, got, bytes, sig);
   }
   if (primSends(st.prim)) {
-    sc = comm_->sendConnOf({st.sendPeer, st.channel}).get();
+    sc = comm_->conns.sendOf({st.sendPeer, st.channel}).get();
     out = sc->trySendSlot(static_cast<uint32_t>(bytes));
     if (out == nullptr) {
       if (blockedConn_ == nullptr) blockedConn_ = sc, blockedSender_ = true;
@@ -193,7 +193,7 @@ Result<bool> CommRunner::progress() {
       claimsMade_ = false;
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
-      if (comm_->plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
+      if (comm_->conns.plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
@@ -246,7 +246,7 @@ void CommRunner::planRecvs(const ExecOp& op) {
   const PreparedSchedule& p = *op.prep;
   if (p.maxRecvCount * op.elemSize < kRecvAtPointerMin) return;  // nothing to target: skip the analysis
   for (size_t c = 0; c < p.recvs.size(); ++c) {
-    Connection* rc = comm_->recvConnOf(p.recvs[c]).get();
+    Connection* rc = comm_->conns.recvOf(p.recvs[c]).get();
     if (rc == nullptr || !rc->receivesAtPointers()) continue;
     const ZeroCopyInfo& z = p.zeroCopy();
     targetList_.clear();
@@ -266,7 +266,7 @@ void CommRunner::quiesceTransfers() {
   // The pass drops the ring's requests only if it sees the poison. commSetError poisons
   // every ring, but when another thread (an abort, a revoke) set the error first it may
   // still be on its way to this ring: poison it here too (the first word set stays).
-  const int code = comm_->asyncError.load();
+  const int code = comm_->errors.asyncError.load();
   const uint32_t word = encodePoison(code != ncclSuccess ? code : ncclInternalError, comm_->rank);
   auto quiesce = [word](Connection* c) {
     if (c->poisoned() == 0) c->poison(word);
@@ -286,8 +286,8 @@ void CommRunner::claimDriven(const ExecOp& op) {
     c->claimDrive();
     driven_.push_back(c);
   };
-  for (ConnKey k : op.prep->sends) claim(comm_->sendConnOf(k).get());
-  for (ConnKey k : op.prep->recvs) claim(comm_->recvConnOf(k).get());
+  for (ConnKey k : op.prep->sends) claim(comm_->conns.sendOf(k).get());
+  for (ConnKey k : op.prep->recvs) claim(comm_->conns.recvOf(k).get());
 }
 
 bool CommRunner::driveNet() {
@@ -304,13 +304,13 @@ void CommRunner::releaseDriven(bool waiting) {
 
 Status CommRunner::checkBlocked() {
   ExecOp& op = ops_[opIndex_];
-  if (comm_->abortFlag.load(std::memory_order_relaxed))
+  if (comm_->errors.abortFlag.load(std::memory_order_relaxed))
     return RemoteError("%s: rank %d: the communicator was aborted", op.describe().c_str(), comm_->rank);
   int64_t now = Backoff::nowNs();
   startTimeoutClock(now);
   if (blockedConn_ != nullptr) {
     int peer = blockedConn_->peer();
-    const PeerInfo& pi = comm_->peers[peer];
+    const PeerInfo& pi = comm_->peers.info[peer];
     // Every failure below is checked against readiness after it was observed: a peer
     // posts before it dies, aborts or poisons, so a message or credit it left is there
     // by now, and the op must first consume it (the peer may simply have finished).
@@ -318,7 +318,7 @@ Status CommRunner::checkBlocked() {
     if (word != 0 && blockedConn_->ready(blockedSender_)) return OkStatus();
     if (word != 0) {
       int origin = poisonOrigin(word);
-      if (origin >= 0 && origin < comm_->nranks) comm_->culprit.store(origin);
+      if (origin >= 0 && origin < comm_->nranks) comm_->errors.culprit.store(origin);
       // The transport's own account (a network's: peer lost, this node's link down, ...).
       std::string detail = blockedConn_->failureDetail();
       if (!detail.empty()) detail = ": " + detail;
@@ -342,7 +342,7 @@ Status CommRunner::checkBlocked() {
         // The notice names where the failure started (the peer itself, or a rank whose
         // failure made it abort): the same root cause as a poisoned ring would carry.
         if (origin < 0 || origin >= comm_->nranks || origin == comm_->rank) origin = peer;
-        comm_->culprit.store(origin);
+        comm_->errors.culprit.store(origin);
         std::string cause = failedBefore(*comm_, origin, peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator%s while this rank "
                            "waited for %s it",
@@ -352,7 +352,7 @@ Status CommRunner::checkBlocked() {
     }
     if (blockedConn_->peerPid() != 0 && lastLivenessCheckNs_ == now) {
       if (processGone(blockedConn_->peerPid()) && !blockedConn_->ready(blockedSender_)) {
-        comm_->culprit.store(peer);
+        comm_->errors.culprit.store(peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) exited while this rank waited for %s it",
                            op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
                            blockedSender_ ? "a free slot (credit) from" : "data from");
@@ -367,8 +367,8 @@ Status CommRunner::checkBlocked() {
     return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT) waiting for %s rank %d (pid %d, "
                        "host %s) on its %s connection at message %llu",
                        op.describe().c_str(), comm_->rank, (long long)(comm_->timeoutNs / 1000000000),
-                       blockedSender_ ? "a free slot (credit) from" : "data from", peer, comm_->peers[peer].pid,
-                       comm_->peers[peer].hostname, blockedConn_->transport(),
+                       blockedSender_ ? "a free slot (credit) from" : "data from", peer, comm_->peers.info[peer].pid,
+                       comm_->peers.info[peer].hostname, blockedConn_->transport(),
                        (unsigned long long)blockedConn_->step());
   }
   return OkStatus();
@@ -393,24 +393,15 @@ namespace {
 Status acquireTickets(std::span<CommRunner*> runners) {
   for (CommRunner* r : runners) {
     ncclComm* c = r->comm();
-    if (c->ticketsDone.load() == r->ticket()) continue;  // our turn already (no lock)
-    std::unique_lock<std::mutex> lock(c->orderMutex);
-    c->orderWaiters.fetch_add(1);
-    int64_t start = Backoff::nowNs();
-    Status st;
-    while (c->ticketsDone.load() != r->ticket()) {
-      if (c->abortFlag.load()) {
-        st = RemoteError("rank %d: the communicator was aborted", c->rank);
+    if (c->ordering.isTurn(r->ticket())) continue;  // our turn already (no lock)
+    switch (c->ordering.waitTurn(r->ticket(), c->errors.abortFlag, c->timeoutNs)) {
+      case CommOrdering::Wait::kTurn:
         break;
-      }
-      if (c->timeoutNs > 0 && Backoff::nowNs() - start > c->timeoutNs) {
-        st = RemoteError("rank %d: timed out waiting for earlier operations on the communicator", c->rank);
-        break;
-      }
-      c->orderCv.wait_for(lock, std::chrono::milliseconds(10));
+      case CommOrdering::Wait::kAborted:
+        return RemoteError("rank %d: the communicator was aborted", c->rank);
+      case CommOrdering::Wait::kTimedOut:
+        return RemoteError("rank %d: timed out waiting for earlier operations on the communicator", c->rank);
     }
-    c->orderWaiters.fetch_sub(1);
-    SNCCL_TRY(st);
   }
   return OkStatus();
 }
@@ -429,7 +420,7 @@ Status connectAll(std::span<CommRunner*> runners) {
     threads.emplace_back([&, i] {
       // The rings this thread creates are faulted in here: place it on its rank's node.
       ncclComm* c = todo[i]->comm();
-      topo::placeHelperThread(c->peers[c->rank].numa, "connection setup");
+      topo::placeHelperThread(c->peers.info[c->rank].numa, "connection setup");
       results[i] = todo[i]->connect();
     });
   for (auto& t : threads) t.join();
@@ -500,15 +491,7 @@ Status runLoop(std::span<CommRunner*> runners) {
 }
 
 void finishTickets(std::span<CommRunner*> runners) {
-  for (CommRunner* r : runners) {
-    ncclComm* c = r->comm();
-    c->ticketsDone.fetch_add(1);
-    if (c->orderWaiters.load() != 0) {
-      // Taking the lock orders this notify after a waiter's check-then-wait.
-      std::lock_guard<std::mutex> lock(c->orderMutex);
-      c->orderCv.notify_all();
-    }
-  }
+  for (CommRunner* r : runners) r->comm()->ordering.finish();
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ struct Block {
 };
 
 bool sameProcess(const ncclComm* comm, int peer) {
-  return comm->peers[peer].processToken == comm->peers[comm->rank].processToken;
+  return comm->peers.info[peer].processToken == comm->peers.info[comm->rank].processToken;
 }
 
 }  // namespace
@@ -72,7 +72,7 @@ bool CommRunner::mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill) {
   const int n = comm_->nranks;
   for (; mapped_.next < n; ++mapped_.next) {
     int peer = (comm_->rank + mapped_.next) % n;
-    Connection* c = comm_->sendConnOf({peer, 0}).get();
+    Connection* c = comm_->conns.sendOf({peer, 0}).get();
     char* out = c->trySendSlot(bytes);
     if (out == nullptr) {
       blockedConn_ = c, blockedSender_ = true;
@@ -95,7 +95,7 @@ Result<bool> CommRunner::mappedRecvAll(const ExecOp& op, uint32_t bytes, Take ta
   const int n = comm_->nranks;
   for (; mapped_.next < n; ++mapped_.next) {
     int peer = (comm_->rank - mapped_.next + n) % n;
-    Connection* c = comm_->recvConnOf({peer, 0}).get();
+    Connection* c = comm_->conns.recvOf({peer, 0}).get();
     uint32_t got = 0;
     uint64_t sig = 0;
     const char* in = c->tryRecvSlot(&got, &sig);
@@ -221,8 +221,8 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
               if (m.why.empty()) m.why = format("rank %d's buffers are not from ncclMemAlloc", peer);
               return nullptr;
             }
-            Result<char*> r =
-                comm_->peerBuffers.resolve(peer, comm_->peers[peer].pid, memblocks::FileRef{fd, ino, off}, bytes);
+            Result<char*> r = comm_->singleCopy.peerBuffers.resolve(peer, comm_->peers.info[peer].pid,
+                                                                    memblocks::FileRef{fd, ino, off}, bytes);
             if (r.ok()) return r.value();
             if (m.why.empty()) m.why = r.status().message();
             return nullptr;
@@ -252,8 +252,8 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
         Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), take);
         if (!r.ok() || !r.value()) return r;
         const int verdict = m.ok ? 1 : 0;
-        if (comm_->mappedVerdict != verdict) {  // logged when it changes, not per call
-          comm_->mappedVerdict = verdict;
+        if (comm_->singleCopy.verdict != verdict) {  // logged when it changes, not per call
+          comm_->singleCopy.verdict = verdict;
           if (m.ok)
             SN_INFO(log::kColl, "AllReduce #%llu: single copy: every rank reads its peers' buffers directly (%zu bytes)",
                     (unsigned long long)op.seq, bytes);

@@ -73,7 +73,7 @@ struct CommShape {
   // Above 1, ranks take turns on the cores: see effectiveParams.
   double oversub = 1.0;
   // The ranks map each other's buffers (one node, one process or one PID namespace:
-  // ncclComm::mappable), and AllReduces of at least this many bytes may run the single
+  // CommSingleCopy::mappable), and AllReduces of at least this many bytes may run the single
   // copy ("single", Prim::kPeerFold); 0: never (SNCCL_SINGLE_COPY_BYTES=0, or not mappable).
   size_t singleCopyBytes = 0;
   bool uniform() const { return minPerNode == maxPerNode; }

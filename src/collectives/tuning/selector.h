@@ -83,7 +83,7 @@ Tuner makeTuner(const CommShape& shape, size_t slotBytes, const ModelParams& par
 // At communicator init: the shape from the peers' tables, host constants, process
 // overrides with the agreed channel range (agreeChannels); logs the decision tables
 // (INFO, TUNING) when `logTables`. singleCopyBytes: SNCCL_SINGLE_COPY_BYTES where the
-// ranks map each other's buffers (ncclComm::mappable), else 0 (CommShape::singleCopyBytes).
+// ranks map each other's buffers (CommSingleCopy::mappable), else 0 (CommShape::singleCopyBytes).
 Tuner commTuner(int nranks, std::span<const uint64_t> hosts, std::span<const uint64_t> procs,
                 std::span<const int> cpus, size_t slotBytes, bool logTables, ChannelRange channels = {},
                 size_t singleCopyBytes = 0);
