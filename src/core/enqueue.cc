@@ -71,7 +71,7 @@ Status checkOp(const PendingOp& op, const engine::DataEngine** engine) {
     if (recvs && op.recvbuff == nullptr) return InvalidArgument("recvbuff is NULL");
     const engine::OpBuffer bufs[] = {{"sendbuff", sends ? op.sendbuff : nullptr},
                                      {"recvbuff", recvs ? op.recvbuff : nullptr}};
-    SNCCL_ASSIGN_OR_RETURN(*engine, engine::engineForBuffers(bufs));
+    SNCCL_ASSIGN_OR_RETURN(*engine, engine::opEngine(bufs));
   }
   if (op.stream != nullptr && lookupStream(op.stream) == nullptr)
     return InvalidUsage("stream %p is not an snccl host stream (sncclStreamCreate); CUDA streams need a "
@@ -352,6 +352,17 @@ Status runOwned(std::vector<std::unique_ptr<CommRunner>>& runners) {
 // group before any of it runs.
 Status checkP2PEngines(const std::vector<PendingOp>& ops) {
   if (ops.size() < 2) return OkStatus();  // checkOp checked the one op's buffers
+  // The common case, and the only one with the CPU engine alone: every op that touches
+  // memory has the same engine. Checked without allocating; only a group that mixes
+  // engines looks for the pair that mixes them.
+  const engine::DataEngine* seen = nullptr;
+  bool mixed = false;
+  for (const PendingOp& p : ops) {
+    if (p.coll != CollKind::kSendRecv || p.engine == nullptr) continue;
+    if (seen == nullptr) seen = p.engine;
+    mixed |= p.engine != seen;
+  }
+  if (!mixed) return OkStatus();
   std::vector<std::pair<ncclComm*, cudaStream_t>> keys;
   for (const PendingOp& p : ops) {
     const std::pair key(p.comm, p.stream);

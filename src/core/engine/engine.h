@@ -19,7 +19,7 @@
 //    call, in the caller's thread); the data operations take any mix of the engine's
 //    memory and host memory, as above, with the semantics of the same-named functions of
 //    collectives/kernels/reduce.h, bit for bit (ranks on different engines must agree).
-// 3. The engine listed in kEngines (registry.cc) before the CPU engine: engineFor() asks
+// 3. The engine listed in kEngines (registry.h) before the CPU engine: engineFor() asks
 //    the engines in that order and the CPU engine owns every pointer (it cannot tell host
 //    memory from any other), so an engine listed after it is never chosen.
 // Then enqueue (core/enqueue.cc) picks, for each call, the engine that owns every buffer

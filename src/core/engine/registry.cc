@@ -8,11 +8,6 @@
 namespace snccl::engine {
 
 namespace {
-// An engine of another memory kind goes before the CPU engine, which owns every pointer
-// (engine.h: adding a memory kind).
-constexpr const DataEngine* kEngines[] = {
-    &kCpuEngine,
-};
 
 std::string describe(const OpBuffer& b) {
   return b.peer >= 0 ? format("%s (peer %d) %p", b.name, b.peer, b.ptr) : format("%s %p", b.name, b.ptr);

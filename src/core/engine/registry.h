@@ -1,14 +1,26 @@
 // The table of data engines, and the choice of an operation's engine from its buffers.
 #pragma once
 
+#include <iterator>
 #include <span>
 
 #include "common/status.h"
+#include "core/engine/cpu_engine.h"
 #include "core/engine/engine.h"
 
 namespace snccl::engine {
 
-// The engines in the order engineFor() asks them (registry.cc); the CPU engine last.
+// The engines of this build in the order engineFor() asks them. An engine of another
+// memory kind goes before the CPU engine, which owns every pointer (engine.h: adding a
+// memory kind).
+inline constexpr const DataEngine* kEngines[] = {
+    &kCpuEngine,
+};
+// Whether the CPU engine is the only one: then it owns every buffer of every call, and
+// the per-call paths (opEngine, enqueue's group check) need not ask.
+inline constexpr bool kHostOnly = std::size(kEngines) == 1 && kEngines[0] == &kCpuEngine;
+
+// kEngines as a span (the default table of the functions below).
 std::span<const DataEngine* const> engines();
 // The engine of host memory (the CPU engine).
 const DataEngine& hostEngine();
@@ -30,5 +42,17 @@ struct OpBuffer {
 // engines (an operation's buffers are one memory kind: one engine runs all its steps).
 Result<const DataEngine*> engineForBuffers(std::span<const OpBuffer> bufs,
                                            std::span<const DataEngine* const> table = engines());
+
+// engineForBuffers over this build's engines, for the path every call takes: with the CPU
+// engine alone (kHostOnly) the answer needs neither a loop over engines nor a call.
+inline Result<const DataEngine*> opEngine(std::span<const OpBuffer> bufs) {
+  if constexpr (kHostOnly) {
+    for (const OpBuffer& b : bufs)
+      if (b.ptr != nullptr) return &kCpuEngine;
+    return nullptr;
+  } else {
+    return engineForBuffers(bufs);
+  }
+}
 
 }  // namespace snccl::engine
