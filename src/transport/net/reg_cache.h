@@ -15,9 +15,10 @@
 // A range removed while an operation still uses it (ncclCommDeregister before the
 // operation completed: the user's error, as in NCCL) stops being found at once: messages
 // not yet handed to the plugin then go through a slot (a copy), while those already
-// posted keep their MemHandle, which stays registered until they completed. The library itself never frees, unmaps or writes the range because of it; what
-// a plugin does with memory the user freed under a live registration is the plugin's
-// (sockets: nothing; verbs: the pages stay pinned until deregMr).
+// posted keep their MemHandle, which stays registered until they completed. The library
+// itself never frees, unmaps or writes the range because of it; what a plugin does with
+// memory the user freed under a live registration is the plugin's (sockets: nothing;
+// verbs: the pages stay pinned until deregMr).
 #pragma once
 
 #include <atomic>
