@@ -152,6 +152,14 @@ Status checkSingleCopy(ncclComm* comm) {
       return InvalidUsage("SNCCL_SINGLE_COPY_BYTES differs between ranks of one node: %lld on rank %d, %zu on rank %d; "
                           "set it identically on all ranks (or on none)",
                           (long long)p.singleCopyBytes, p.rank, comm->singleCopy.minBytes, comm->rank);
+  // The same for the algorithms SNCCL_ALGO (NCCL_ALGO) allows: the selector picks `single`
+  // per call, so a rank that forbids it would run the rings while its peers map buffers.
+  const uint64_t algos = comm->peers.info[comm->rank].allReduceAlgos;
+  for (const PeerInfo& p : comm->peers.info)
+    if (comm->singleCopy.mappable && p.allReduceAlgos != algos)
+      return InvalidUsage("SNCCL_ALGO (or NCCL_ALGO) allows different AllReduce algorithms on rank %d and rank %d of "
+                          "one node; set it identically on all ranks (or on none)",
+                          p.rank, comm->rank);
   return OkStatus();
 }
 
@@ -253,6 +261,9 @@ PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
   info.numa = topo::currentNumaNode();
   info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
   info.singleCopyBytes = std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes));
+  const tuning::AlgoSpec& algos = tuning::processOverrides().algo;
+  const size_t ar = size_t(CollKind::kAllReduce);
+  info.allReduceAlgos = algos.restricted[ar] ? algos.allowed[ar] : ~uint64_t(0);
   info.processBarrier = params::getInt(params::Id::Membarrier) != 0 && registerProcessBarrier();
   gethostname(info.hostname, sizeof info.hostname - 1);
   return info;

@@ -56,6 +56,8 @@ struct PeerInfo {
   int32_t minChannels;    // channel range this rank asks for (tuning::localChannelRange);
   int32_t maxChannels;    // the communicator uses the ranks' agreed one (agreeChannels)
   int64_t singleCopyBytes;  // SNCCL_SINGLE_COPY_BYTES: must agree on a mappable communicator
+  uint64_t allReduceAlgos;   // the AllReduce algorithms SNCCL_ALGO allows (~0: all); must agree
+                             // on a mappable communicator, where it decides the single copy
   int32_t processBarrier;   // registered for processBarrier() and SNCCL_MEMBARRIER allows it: a ring
                             // between two such ranks publishes without a full fence (ring.h)
   char hostname[64];

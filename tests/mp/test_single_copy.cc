@@ -10,6 +10,10 @@
 // place. Then 40 calls on the same buffers, each overwritten as soon as the call returns:
 // a rank returning while a peer still reads its input or writes its output (the
 // protocol's last round) would corrupt a result.
+#include <sys/prctl.h>
+
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -218,6 +222,58 @@ INSTANTIATE_TEST_SUITE_P(Processes, SingleCopy,
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Threads, SingleCopy,
                          ::testing::Values(Param{sntest::Mode::kThreads, 3, Alloc::kMalloc}), paramName);
+
+// Whether an AllReduce takes the single copy is the selector's pick, so ranks of a node
+// that allow different AllReduce algorithms (SNCCL_ALGO is read per process) would
+// disagree: one running the rings while the others map its buffers. Init refuses that on
+// every rank, naming the variable. Rank 1 forbids `single`, rank 0 sets nothing.
+TEST(SingleCopyAgreement, RanksWithDifferentAlgorithmSetsFailInit) {
+  struct Box {
+    std::atomic<int> state;  // 0: no id yet, 1: id valid, 2: no id
+    ncclUniqueId id;
+    int result[2];
+    char error[2][256];
+  };
+  Box* box = mp::sharedBlock<Box>();
+  ASSERT_NE(box, nullptr);
+  auto initRank = [box](int rank) {
+    ncclComm_t comm = nullptr;
+    box->result[rank] = int(ncclCommInitRank(&comm, 2, box->id, rank));
+    std::snprintf(box->error[rank], sizeof box->error[rank], "%s", ncclGetLastError(nullptr));
+    if (comm != nullptr) ncclCommDestroy(comm);
+  };
+  std::string how;
+  const int rc = mp::runChild(
+      [&] {
+        unsetenv("SNCCL_ALGO");
+        unsetenv("NCCL_ALGO");
+        pid_t peer = fork();
+        if (peer == 0) {
+          prctl(PR_SET_PDEATHSIG, SIGKILL);
+          setenv("SNCCL_ALGO", "^single", 1);
+          for (int waited = 0; box->state.load() == 0 && waited < 60000; ++waited) usleep(1000);
+          if (box->state.load() != 1) _exit(3);
+          initRank(1);
+          _exit(0);
+        }
+        if (peer < 0 || ncclGetUniqueId(&box->id) != ncclSuccess) {
+          box->state.store(2);
+          return 2;
+        }
+        box->state.store(1);
+        initRank(0);
+        int status = 0;
+        waitpid(peer, &status, 0);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+      },
+      90, &how);
+  ASSERT_EQ(rc, 0) << how;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(box->result[r], int(ncclInvalidUsage)) << "rank " << r << ": " << box->error[r];
+    EXPECT_TRUE(mp::Mentions(box->error[r], "SNCCL_ALGO")) << "rank " << r;
+  }
+  mp::freeShared(box);
+}
 
 }  // namespace
 

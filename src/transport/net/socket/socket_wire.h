@@ -21,7 +21,7 @@
 namespace snccl::net::sockwire {
 
 constexpr uint32_t kMagic = 0x736e4e54;  // "sNNT"
-constexpr uint16_t kVersion = 3;         // 2: kInlineMax 256 -> 4096; 3: -> 65536
+constexpr uint16_t kVersion = 4;         // 2: kInlineMax 256 -> 4096; 3: -> 65536; 4: 32-bit imm
 constexpr int kMaxStreams = 64;          // NCCL's limit on threads x sockets per thread
 // Payloads up to this size ride in the MSG frame: one write and one read per message
 // instead of a frame plus a stream part, each waited for. Over TCP between namespaces a
