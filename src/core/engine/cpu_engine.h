@@ -19,7 +19,10 @@ class CpuEngine final : public DataEngine {
   // Every pointer: nothing tells host memory apart from memory of another kind, so an
   // engine of another kind is listed before this one and claims its pointers first.
   bool owns(const void*) const override { return true; }
-  void copyBytes(void* dst, const void* src, size_t bytes) const override { std::memcpy(dst, src, bytes); }
+  // memcpy needs non-null pointers even for 0 bytes; a zero-count buffer may be null.
+  void copyBytes(void* dst, const void* src, size_t bytes) const override {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
   void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op, bool scale,
             bool finalize) const override {
     kernels::copy(dst, src, count, dt, op, scale, finalize);
