@@ -1,6 +1,8 @@
 // sn_info: what this snccl build knows about itself and this host. Lists the parameter
 // registry (every environment variable snccl reads), the transports, the algorithms, the
-// version, the host identity that decides which ranks share a node, and the topology.
+// version, the host identity that decides which ranks share a node, the network plugins
+// (with every RDMA device, port and GID table, and the GID the IB net chooses and why),
+// and the topology.
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,7 +18,11 @@
 #include "snccl/snccl.h"
 #include "topology/affinity.h"
 #include "topology/discovery.h"
+#include "transport/net/net.h"
 #include "transport/transport.h"
+#if SNCCL_HAVE_VERBS
+#include "transport/net/ib/ib_net.h"
+#endif
 
 namespace {
 
@@ -48,6 +54,37 @@ void printParams() {
 void printTransports() {
   std::printf("# Transports (in order of preference)\n");
   for (const TransportDef& t : transports()) std::printf("%-8s %s\n", t.name, t.help);
+}
+
+// The net plugins, and what the IB net sees: every port of every RDMA device, usable or
+// not, its GID table and the GID chosen (or why none), under the current parameters.
+void printNets() {
+  std::printf("# Network plugins (in order of preference; SNCCL_NET / NCCL_NET picks one)\n");
+  for (const net::NetDef& d : net::netPlugins()) std::printf("%-8s %s\n", d.name, d.help);
+#if SNCCL_HAVE_VERBS
+  std::printf("# RDMA devices (IB net)\n");
+  if (params::getInt(params::Id::IbDisable) == 1) {
+    std::printf("off: NCCL_IB_DISABLE=1\n");
+    return;
+  }
+  Result<std::vector<net::ib::PortReport>> ports = net::ib::describePorts(nullptr);
+  if (!ports.ok()) {
+    std::printf("off: %s\n", ports.status().message().c_str());
+    return;
+  }
+  if (ports.value().empty()) std::printf("none: libibverbs finds no RDMA device\n");
+  for (const net::ib::PortReport& p : ports.value()) {
+    std::printf("%s:%d %s %s, %d Mb/s, MTU %d, PCI %s, NUMA %d: %s\n", p.dev.c_str(), p.port, p.state.c_str(),
+                p.linkLayer.c_str(), p.speedMbps, p.mtu, p.pciPath.empty() ? "(none)" : p.pciPath.c_str(), p.numaNode,
+                p.used ? "used" : (!p.allowed ? "excluded by NCCL_IB_HCA" : "not used"));
+    for (const auto& [e, readable] : p.gids)
+      std::printf("    GID[%3d] %-40s %s\n", e.index, net::ib::gidString(e.raw).c_str(),
+                  readable ? net::ib::gidTypeName(e.type) : "(type unreadable)");
+    std::printf("    chosen: %s\n", p.gidChoice.c_str());
+  }
+#else
+  std::printf("# RDMA devices: this build has no IB net (built without rdma-core's headers)\n");
+#endif
 }
 
 void printAlgorithms() {
@@ -139,7 +176,7 @@ int printModel(int nranks, int nnodes, bool threads) {
 
 int usage(const char* argv0, int rc) {
   std::fprintf(rc == 0 ? stdout : stderr,
-               "usage: %s [--params] [--transports] [--algorithms] [--topology] [--help]\n"
+               "usage: %s [--params] [--transports] [--net] [--algorithms] [--topology] [--help]\n"
                "       %s --model [--nranks N] [--nodes M] [--threads]\n"
                "Prints the version, host identity and the selected lists (default: all);\n"
                "--model prints the cost model's decision tables for N ranks on M nodes of this host kind.\n",
@@ -150,7 +187,7 @@ int usage(const char* argv0, int rc) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool params = false, trans = false, algos = false, topology = false, model = false, threads = false;
+  bool params = false, trans = false, nets = false, algos = false, topology = false, model = false, threads = false;
   int nranks = 8, nnodes = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--model") == 0) { model = true; continue; }
@@ -162,16 +199,18 @@ int main(int argc, char** argv) {
     }
     if (std::strcmp(argv[i], "--params") == 0) params = true;
     else if (std::strcmp(argv[i], "--transports") == 0) trans = true;
+    else if (std::strcmp(argv[i], "--net") == 0) nets = true;
     else if (std::strcmp(argv[i], "--algorithms") == 0) algos = true;
     else if (std::strcmp(argv[i], "--topology") == 0) topology = true;
     else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return usage(argv[0], 0);
     else return usage(argv[0], 2);
   }
   if (model) return printModel(nranks, nnodes, threads);
-  if (!params && !trans && !algos && !topology) params = trans = algos = topology = true;
+  if (!params && !trans && !nets && !algos && !topology) params = trans = nets = algos = topology = true;
   printVersion();
   if (params) printParams();
   if (trans) printTransports();
+  if (nets) printNets();
   if (algos) printAlgorithms();
   if (topology && printTopology() != 0) return 1;
   return 0;

@@ -9,14 +9,20 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "transport/net/net.h"
+#if SNCCL_HAVE_VERBS
+#include "transport/net/ib/ib_net.h"
+#endif
 #include "transport/net/socket/socket_net.h"
 
 namespace snccl::net {
 
 namespace {
 
-// In order of preference; "IB" goes first once it exists.
+// In order of preference.
 const NetDef kNets[] = {
+#if SNCCL_HAVE_VERBS
+    {"IB", "RDMA verbs (InfiniBand, RoCE) through libibverbs.so.1: RC queue pairs, receiver-granted credits", ibNet},
+#endif
     {"Socket", "TCP sockets: a control socket plus several data streams per connection", socketNet},
 };
 
@@ -42,6 +48,9 @@ Result<Net*> chooseNet() {
       SN_INFO(log::kNet | log::kInit, "Using network %s", d.name);
       return net;
     }
+    // A parameter the user got wrong is an error even when the plugin was not asked for
+    // by name: falling back to another network would hide it.
+    if (s.code() == ncclInvalidArgument) return s;
     tried += std::string(tried.empty() ? "" : "; ") + d.name + ": " +
              (s.ok() ? std::string("no device") : s.message());
   }

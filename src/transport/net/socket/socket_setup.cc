@@ -190,8 +190,7 @@ Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const 
                          handle.bytes.size(), sockwire::kHandleBytes);
   std::memcpy(&c->wire_, handle.bytes.data(), sizeof c->wire_);
   const HandleWire& w = c->wire_;
-  if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams < 1 ||
-      w.nstreams > sockwire::kMaxStreams)
+  if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams > sockwire::kMaxStreams)
     return InternalError("NET/Socket: the peer's listen handle is not a socket-net handle of version %u "
                          "(magic %08x, version %u, %u streams)",
                          sockwire::kVersion, w.magic, w.version, w.nstreams);

@@ -5,7 +5,8 @@
 // stream count, random nonce} in the handle. The sender opens 1 + nstreams sockets to it;
 // each starts with a Hello carrying the nonce and its index. The listener keeps only
 // sockets that present its nonce, so a stray or hostile connection to the port is
-// dropped instead of being mistaken for a stream.
+// dropped instead of being mistaken for a stream. With no streams the connection is the
+// control socket alone: the IB net's out-of-band path (ib/ib_conn.h).
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,643 @@
+#include "transport/net/ib/ib_conn.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "common/log.h"
+
+namespace snccl::net::ib {
+
+namespace {
+
+enum Kind : uint64_t { kData = 1, kCts = 2, kProbe = 3, kRecv = 4 };
+
+uint64_t wrId(Kind k, int slot, int part) { return (uint64_t(k) << 56) | (uint64_t(slot) << 16) | uint64_t(part); }
+Kind wrKind(uint64_t id) { return Kind(id >> 56); }
+int wrSlot(uint64_t id) { return int((id >> 16) & 0xffff); }
+int wrPart(uint64_t id) { return int(id & 0xffff); }
+
+const char* kindName(Kind k) {
+  switch (k) {
+    case kData: return "data write";
+    case kCts: return "credit write";
+    case kProbe: return "probe write";
+    case kRecv: return "receive";
+    default: return "unknown work request";
+  }
+}
+
+// What a failed completion most likely means, for the error message.
+const char* statusHint(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_RETRY_EXC_ERR:
+      return "the peer stopped acknowledging: its host or process is gone, a link is cut, or the path cannot carry "
+             "RoCE (NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT bound how long it was retried)";
+    case IBV_WC_REM_ACCESS_ERR:
+      return "the peer refused the write: its memory is no longer registered (did it exit or abort?)";
+    case IBV_WC_RNR_RETRY_EXC_ERR: return "the peer had no receive posted";
+    case IBV_WC_WR_FLUSH_ERR: return "the queue pair had already failed";
+    case IBV_WC_LOC_PROT_ERR: return "a local buffer was not registered (a bug in snccl)";
+    case IBV_WC_REM_OP_ERR: return "the peer could not complete the operation";
+    default: return "";
+  }
+}
+
+bool localFault(ibv_wc_status s) {
+  return s == IBV_WC_LOC_LEN_ERR || s == IBV_WC_LOC_QP_OP_ERR || s == IBV_WC_LOC_PROT_ERR ||
+         s == IBV_WC_MW_BIND_ERR || s == IBV_WC_LOC_EEC_OP_ERR;
+}
+
+std::string gidText(const uint8_t raw[16]) {
+  std::array<uint8_t, 16> a{};
+  std::memcpy(a.data(), raw, 16);
+  return gidString(a);
+}
+
+uint64_t randomNonzero() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (uint64_t(rd()) << 32) ^ rd();
+  return v;
+}
+
+}  // namespace
+
+// ---- Endpoint ----------------------------------------------------------------------
+
+Endpoint::Endpoint(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl)
+    : port_(port), v_(port->hca->verbs()), sender_(sender), params_(params), ctl_(std::move(ctl)) {
+  what_ = std::string(sender ? "send to " : "receive from ") + ctl_.peer().hostString();
+  probeValue_ = randomNonzero();
+}
+
+Endpoint::~Endpoint() {
+  for (ibv_qp* qp : qps_) v_->destroyQp(qp);
+  if (cq_ != nullptr) v_->destroyCq(cq_);
+  if (regionMr_ != nullptr) port_->hca->releaseMr(regionMr_);
+  std::free(region_);
+}
+
+Status Endpoint::createResources(int nqps) {
+  region_ = static_cast<Region*>(std::aligned_alloc(alignof(Region), sizeof(Region)));
+  if (region_ == nullptr) return SystemError("NET/IB: out of memory for a connection's %zu-byte region", sizeof(Region));
+  std::memset(static_cast<void*>(region_), 0, sizeof(Region));  // also faults the pages in before the NIC uses them
+  SNCCL_ASSIGN_OR_RETURN(regionMr_, port_->hca->acquireMr(region_, sizeof(Region)));
+  const int cqe = kSlots * (nqps + 1) + 2 * nqps + 16;
+  cq_ = v_->createCq(port_->hca->ctx(), cqe, &sink_, nullptr, 0);
+  if (cq_ == nullptr) return ErrnoError(errno, "NET/IB: %s: ibv_create_cq(%d) failed", port_->label().c_str(), cqe);
+  for (int q = 0; q < nqps; ++q) {
+    ibv_qp_init_attr ia{};
+    ia.qp_context = &sink_;
+    ia.send_cq = cq_;
+    ia.recv_cq = cq_;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 2 * kSlots + 8;
+    ia.cap.max_recv_wr = kSlots + 8;
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    ibv_qp* qp = v_->createQp(port_->hca->pd(), &ia);
+    if (qp == nullptr)
+      return ErrnoError(errno, "NET/IB: %s: ibv_create_qp failed (%zu QPs exist on this comm)", port_->label().c_str(),
+                        qps_.size());
+    qps_.push_back(qp);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = uint8_t(port_->port);
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    if (int rc = v_->modifyQp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      return ErrnoError(rc, "NET/IB: %s: QP 0x%x to INIT failed", port_->label().c_str(), qp->qp_num);
+  }
+  // The receiver keeps kSlots zero-length receives posted on every queue pair: each
+  // record write of a part consumes one, and at most kSlots requests are in flight.
+  if (!sender_)
+    for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, kSlots));
+  return OkStatus();
+}
+
+Status Endpoint::postRecvs(int q, int count) {
+  for (int i = 0; i < count; ++i) {
+    ibv_recv_wr wr{};
+    wr.wr_id = wrId(kRecv, 0, q);
+    ibv_recv_wr* bad = nullptr;
+    if (int rc = v_->postRecv(qps_[size_t(q)], &wr, &bad))
+      return ErrnoError(rc, "NET/IB: %s: ibv_post_recv on QP 0x%x failed", port_->label().c_str(),
+                        qps_[size_t(q)]->qp_num);
+  }
+  return OkStatus();
+}
+
+Meta Endpoint::localMeta() const {
+  Meta m{};
+  m.magic = kMetaMagic;
+  m.version = kMetaVersion;
+  m.nqps = uint16_t(qps_.size());
+  m.ethernet = port_->ethernet ? 1 : 0;
+  m.mtu = uint8_t(port_->mtu);
+  m.lid = port_->lid;
+  m.gidIndex = uint32_t(port_->gidIndex);
+  std::memcpy(m.gid, port_->gid.raw, 16);
+  m.regionAddr = reinterpret_cast<uint64_t>(region_);
+  m.regionRkey = regionMr_->rkey;
+  m.tc = uint8_t(params_.qp.tc);
+  m.sl = uint8_t(params_.qp.sl);
+  m.port = uint16_t(port_->port);
+  m.probeValue = probeValue_;
+  std::snprintf(m.dev, sizeof m.dev, "%s", port_->hca->name().c_str());
+  for (size_t q = 0; q < qps_.size(); ++q) m.qpn[q] = qps_[q]->qp_num;
+  return m;
+}
+
+std::string Endpoint::pathDescription() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s (GID %s, index %d) to %.64s:%u at %s (GID %s, index %u)",
+                port_->label().c_str(), gidText(port_->gid.raw).c_str(), port_->gidIndex, peer_.dev,
+                unsigned(peer_.port), ctl_.peer().hostString().c_str(), gidText(peer_.gid).c_str(),
+                unsigned(peer_.gidIndex));
+  return buf;
+}
+
+Status Endpoint::connectQps(const Meta& peer) {
+  peer_ = peer;
+  if (peer.nqps != qps_.size())
+    return InternalError("NET/IB: %s: the peer has %u queue pairs, this end %zu", what_.c_str(), unsigned(peer.nqps),
+                         qps_.size());
+  for (size_t q = 0; q < qps_.size(); ++q) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = ibv_mtu(std::min<int>(port_->mtu, peer.mtu));
+    a.dest_qp_num = peer.qpn[q];
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = uint8_t(port_->port);
+    a.ah_attr.sl = uint8_t(params_.qp.sl);
+    a.ah_attr.dlid = peer.lid;
+    if (port_->ethernet) {
+      a.ah_attr.is_global = 1;
+      std::memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
+      a.ah_attr.grh.sgid_index = uint8_t(port_->gidIndex);
+      a.ah_attr.grh.hop_limit = 255;
+      a.ah_attr.grh.traffic_class = uint8_t(params_.qp.tc);
+    }
+    if (int rc = v_->modifyQp(qps_[q], &a,
+                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+      return ErrnoError(rc, "NET/IB: QP 0x%x to RTR failed on the path %s", qps_[q]->qp_num,
+                        pathDescription().c_str());
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_RTS;
+    r.timeout = uint8_t(params_.qp.timeout);
+    r.retry_cnt = uint8_t(params_.qp.retryCnt);
+    r.rnr_retry = 7;  // no RNR by design (a part is written only into a granted receive); 7 = retry forever
+    r.sq_psn = 0;
+    r.max_rd_atomic = 1;
+    if (int rc = v_->modifyQp(qps_[q], &r,
+                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                  IBV_QP_MAX_QP_RD_ATOMIC))
+      return ErrnoError(rc, "NET/IB: QP 0x%x to RTS failed on the path %s", qps_[q]->qp_num, pathDescription().c_str());
+  }
+  return OkStatus();
+}
+
+Status Endpoint::postProbes() {
+  region_->probeOut = probeValue_;
+  for (size_t q = 0; q < qps_.size(); ++q) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(&region_->probeOut), sizeof(uint64_t), regionMr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wrId(kProbe, 0, int(q));
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, probeIn);
+    wr.wr.rdma.rkey = peer_.regionRkey;
+    ibv_send_wr* bad = nullptr;
+    if (int rc = v_->postSend(qps_[q], &wr, &bad))
+      return ErrnoError(rc, "NET/IB: posting the probe write on %s failed", pathDescription().c_str());
+  }
+  return OkStatus();
+}
+
+Result<bool> Endpoint::probeDone() {
+  SNCCL_TRY(progress());
+  const uint64_t in = __atomic_load_n(&region_->probeIn, __ATOMIC_ACQUIRE);
+  return probesDone_ == int(qps_.size()) && in == peer_.probeValue;
+}
+
+int Endpoint::qpIndex(uint32_t qpn) const {
+  for (size_t q = 0; q < qps_.size(); ++q)
+    if (qps_[q]->qp_num == qpn) return int(q);
+  return -1;
+}
+
+Status Endpoint::fail(Status s) {
+  if (!failed_.ok()) return failed_;
+  failed_ = s;
+  // Tell the peer at once, out of band: its queue pairs may be healthy and it would
+  // otherwise wait for data that will not come.
+  if (ctl_.valid()) {
+    CtlFrame f{uint32_t(Ctl::kAbort), uint32_t(s.code())};
+    ssize_t w = ::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)w;
+  }
+  return failed_;
+}
+
+Status Endpoint::completionError(const ibv_wc& wc) {
+  const Kind k = wrKind(wc.wr_id);
+  const char* hint = statusHint(wc.status);
+  std::string msg = "NET/IB: " + what_ + ": " + kindName(k) + " on QP 0x";
+  char buf[768];
+  std::snprintf(buf, sizeof buf, "%x completed with status '%s' (%d), vendor error 0x%x%s%s; path %s", wc.qp_num,
+                v_->wcStatusStr(wc.status), int(wc.status), wc.vendor_err, *hint ? ": " : "", hint,
+                pathDescription().c_str());
+  msg += buf;
+  return localFault(wc.status) ? SystemError("%s", msg.c_str()) : RemoteError("%s", msg.c_str());
+}
+
+Status Endpoint::handleCompletion(const ibv_wc& wc) {
+  // After the first failure the queue pairs flush everything still posted; the first
+  // error is the cause and is kept.
+  if (wc.status != IBV_WC_SUCCESS) return fail(completionError(wc));
+  const Kind k = wrKind(wc.wr_id);
+  switch (k) {
+    case kCts: return OkStatus();
+    case kProbe: ++probesDone_; return OkStatus();
+    case kData: {
+      IbRequest& r = reqs_[wrSlot(wc.wr_id) % kSlots];
+      if (!sender_ || !r.live || r.complete || r.partsDone >= r.nparts)
+        return fail(InternalError("NET/IB: %s: a send completion (QP 0x%x, slot %d, part %d) matches no request in "
+                                  "flight", what_.c_str(), wc.qp_num, wrSlot(wc.wr_id), wrPart(wc.wr_id)));
+      if (++r.partsDone == r.nparts) r.complete = true;
+      return OkStatus();
+    }
+    case kRecv: {
+      const int q = qpIndex(wc.qp_num);
+      const uint32_t imm = ntohl(wc.imm_data);
+      const int slot = immSlot(imm);
+      if (sender_ || q < 0 || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || slot >= kSlots)
+        return fail(InternalError("NET/IB: %s: unexpected receive completion (QP 0x%x, opcode %d, imm 0x%x)",
+                                  what_.c_str(), wc.qp_num, int(wc.opcode), imm));
+      IbRequest& r = reqs_[slot];
+      DoneRecord rec;
+      std::memcpy(&rec, &region_->records[slot][q], sizeof rec);
+      if (!r.live || r.complete || immSeq16(imm) != uint16_t(r.seq & 0xffff) || rec.seq != r.seq)
+        return fail(InternalError("NET/IB: %s: a receive completion (QP 0x%x, imm 0x%x, record of message %llu) "
+                                  "matches no posted receive (slot %d %s, message %llu)",
+                                  what_.c_str(), wc.qp_num, imm, static_cast<unsigned long long>(rec.seq), slot,
+                                  r.live ? "in flight" : "free", static_cast<unsigned long long>(r.seq)));
+      if (rec.size > r.size)
+        return fail(InternalError("NET/IB: %s: message %llu has %llu bytes, its receive %zu",
+                                  what_.c_str(), static_cast<unsigned long long>(rec.seq),
+                                  static_cast<unsigned long long>(rec.size), r.size));
+      SNCCL_TRY(postRecvs(q, 1));
+      r.nparts = rec.nparts;
+      r.imm = rec.imm;
+      if (++r.partsDone == r.nparts) {
+        r.size = rec.size;
+        r.complete = true;
+      }
+      return OkStatus();
+    }
+  }
+  return fail(InternalError("NET/IB: %s: completion with unknown work request id 0x%llx on QP 0x%x", what_.c_str(),
+                            static_cast<unsigned long long>(wc.wr_id), wc.qp_num));
+}
+
+Status Endpoint::progress() {
+  if (!failed_.ok()) return failed_;
+  for (;;) {
+    ibv_wc wcs[16];
+    int n = v_->pollCq(cq_, 16, wcs);
+    if (n < 0) return fail(SystemError("NET/IB: %s: ibv_poll_cq failed (%d)", what_.c_str(), n));
+    for (int i = 0; i < n; ++i) SNCCL_TRY(handleCompletion(wcs[i]));
+    if (n < 16) break;
+  }
+  const int ev = sink_.event.load(std::memory_order_acquire);
+  if (ev >= 0)
+    return fail(RemoteError("NET/IB: %s: asynchronous event '%s' on the connection; path %s", what_.c_str(),
+                            v_->eventTypeStr(ibv_event_type(ev)), pathDescription().c_str()));
+  if (!port_->hca->portUp(port_->port))
+    return fail(SystemError("NET/IB: %s: port %s is down; path %s", what_.c_str(), port_->label().c_str(),
+                            pathDescription().c_str()));
+  if (port_->hca->fatal())
+    return fail(SystemError("NET/IB: %s: device %s reported a fatal error", what_.c_str(),
+                            port_->hca->name().c_str()));
+  return checkControl(false);
+}
+
+Status Endpoint::checkControl(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && now < nextCtlCheck_) return OkStatus();
+  nextCtlCheck_ = now + std::chrono::milliseconds(1);  // a system call per millisecond, not per poll
+  for (;;) {
+    CtlFrame f{};
+    ssize_t k = ::recv(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_PEEK);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return OkStatus();
+    bool outstanding = false;
+    for (const IbRequest& r : reqs_) outstanding = outstanding || (r.live && !r.complete);
+    if (k <= 0) {
+      if (peerBye_ && !outstanding) return OkStatus();
+      return fail(RemoteError("NET/IB: %s: the peer closed the connection%s (process gone?); path %s", what_.c_str(),
+                              outstanding ? " with operations in flight" : "", pathDescription().c_str()));
+    }
+    if (size_t(k) < sizeof f) return OkStatus();  // the rest of the frame is on its way
+    k = ::recv(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT);
+    if (f.type == uint32_t(Ctl::kAbort)) {
+      if (peerAbort_ == 0 || (f.code >> 8) != 0) peerAbort_ = f.code;
+      return fail(RemoteError("NET/IB: %s: the peer reported a failure (%s); path %s", what_.c_str(),
+                              resultName(int(f.code & 0xff)), pathDescription().c_str()));
+    }
+    if (f.type == uint32_t(Ctl::kBye)) {
+      peerBye_ = true;
+      if (outstanding)
+        return fail(RemoteError("NET/IB: %s: the peer closed the connection with operations in flight; path %s",
+                                what_.c_str(), pathDescription().c_str()));
+    }
+  }
+}
+
+Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t imm, MemHandle* mh) {
+  if (!failed_.ok()) return failed_;
+  const uint64_t seq = posted_;
+  if (seq - retired_ >= uint64_t(kSlots)) return nullptr;
+  const int slot = int(seq % kSlots);
+  const CtsEntry* e = &region_->fifo[slot];
+  if (__atomic_load_n(&e->idx, __ATOMIC_ACQUIRE) != seq + 1) {
+    SNCCL_TRY(progress());  // no credit yet: look for failures meanwhile
+    return nullptr;
+  }
+  const uint64_t addr = e->addr, cap = e->size;
+  const uint32_t rkey = e->rkey;
+  const int32_t ctsTag = e->tag;
+  if (ctsTag != tag)
+    return fail(InternalError("NET/IB: %s: message %llu has tag %d, the receive posted for it tag %d", what_.c_str(),
+                              static_cast<unsigned long long>(seq), tag, ctsTag));
+  if (size > cap)
+    return fail(InvalidUsage("NET/IB: %s: message %llu has %zu bytes, its receive %llu", what_.c_str(),
+                             static_cast<unsigned long long>(seq), size, static_cast<unsigned long long>(cap)));
+  auto* h = static_cast<IbMemHandle*>(mh);
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  if (size > 0 && (h == nullptr || p < reinterpret_cast<uintptr_t>(h->mr->addr) ||
+                   p + size > reinterpret_cast<uintptr_t>(h->mr->addr) + h->mr->length))
+    return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
+                        size, data);
+  const int nqps = int(qps_.size());
+  int nparts = 1;
+  size_t chunk = size;
+  if (nqps > 1 && size >= params_.qp.splitBytes) {
+    chunk = (size + size_t(nqps) - 1) / size_t(nqps);
+    chunk = (chunk + kPartAlign - 1) / kPartAlign * kPartAlign;
+    nparts = int((size + chunk - 1) / chunk);
+  }
+  for (int part = 0; part < nparts; ++part) {
+    const int q = nparts == 1 ? int(seq % uint64_t(nqps)) : part;
+    const size_t off = size_t(part) * chunk;
+    const size_t len = std::min(chunk, size - std::min(size, off));
+    DoneRecord& rec = region_->records[slot][q];
+    rec = DoneRecord{seq, size, imm, uint16_t(nparts), uint16_t(part), 0};
+    ibv_sge sges[2];
+    ibv_send_wr wrs[2]{};
+    int n = 0;
+    if (len > 0) {
+      sges[n] = ibv_sge{p + off, uint32_t(len), h->mr->lkey};
+      wrs[n].wr_id = wrId(kData, slot, part);
+      wrs[n].opcode = IBV_WR_RDMA_WRITE;
+      wrs[n].wr.rdma.remote_addr = addr + off;
+      wrs[n].wr.rdma.rkey = rkey;
+      ++n;
+    }
+    sges[n] = ibv_sge{reinterpret_cast<uint64_t>(&rec), sizeof rec, regionMr_->lkey};
+    wrs[n].wr_id = wrId(kData, slot, part);
+    wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wrs[n].send_flags = IBV_SEND_SIGNALED;
+    wrs[n].imm_data = htonl(packImm(seq));
+    wrs[n].wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, records) + (size_t(slot) * kMaxQps + size_t(q)) *
+                                                                                  sizeof(DoneRecord);
+    wrs[n].wr.rdma.rkey = peer_.regionRkey;
+    ++n;
+    for (int i = 0; i < n; ++i) {
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = v_->postSend(qps_[size_t(q)], wrs, &bad))
+      return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send on QP 0x%x failed", what_.c_str(),
+                             qps_[size_t(q)]->qp_num));
+  }
+  IbRequest& r = reqs_[slot];
+  r = IbRequest{};
+  r.ep = this;
+  r.seq = seq;
+  r.live = true;
+  r.nparts = nparts;
+  r.size = size;
+  r.imm = imm;
+  ++posted_;
+  return &r;
+}
+
+Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* mh) {
+  if (!failed_.ok()) return failed_;
+  const uint64_t seq = posted_;
+  if (seq - retired_ >= uint64_t(kSlots)) return nullptr;
+  const int slot = int(seq % kSlots);
+  auto* h = static_cast<IbMemHandle*>(mh);
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  if (size > 0 && (h == nullptr || p < reinterpret_cast<uintptr_t>(h->mr->addr) ||
+                   p + size > reinterpret_cast<uintptr_t>(h->mr->addr) + h->mr->length))
+    return InvalidUsage("NET/IB: %s: irecv of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
+                        size, data);
+  IbRequest& r = reqs_[slot];
+  r = IbRequest{};
+  r.ep = this;
+  r.seq = seq;
+  r.live = true;
+  r.size = size;  // the capacity until the message says how much arrived
+  CtsEntry& c = region_->fifo[slot];
+  c = CtsEntry{uint64_t(p), uint64_t(size), h != nullptr ? h->mr->rkey : 0u, tag, seq + 1};
+  ibv_sge sge{reinterpret_cast<uint64_t>(&c), sizeof c, regionMr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wrId(kCts, slot, 0);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, fifo) + size_t(slot) * sizeof(CtsEntry);
+  wr.wr.rdma.rkey = peer_.regionRkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = v_->postSend(qps_[0], &wr, &bad))
+    return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (credit) on QP 0x%x failed", what_.c_str(),
+                           qps_[0]->qp_num));
+  ++posted_;
+  return &r;
+}
+
+Status Endpoint::test(IbRequest* r, bool* done, size_t* size, uint32_t* imm) {
+  *done = false;
+  SNCCL_TRY(progress());
+  // Messages complete in the order they were posted (net.h).
+  if (!r->complete || r->seq != retired_) return OkStatus();
+  *done = true;
+  if (size != nullptr) *size = r->size;
+  if (imm != nullptr) *imm = r->imm;
+  r->live = false;
+  ++retired_;
+  return OkStatus();
+}
+
+void Endpoint::close(uint32_t abortCode) {
+  if (ctl_.valid()) {
+    CtlFrame f{uint32_t(abortCode != 0 ? Ctl::kAbort : Ctl::kBye), abortCode};
+    ssize_t w = ::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)w;
+    // Wait (bounded) for the peer's own goodbye, so that neither end unregisters memory
+    // the other may still write into while it finishes.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(params_.lingerMs);
+    bool heard = peerBye_ || peerAbort_ != 0;
+    while (!heard) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd pf{ctl_.fd(), POLLIN, 0};
+      int pr = ::poll(&pf, 1, int(left.count()));
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr <= 0) break;
+      CtlFrame in{};
+      ssize_t k = ::recv(ctl_.fd(), &in, sizeof in, MSG_DONTWAIT);
+      if (k <= 0 && !(k < 0 && (errno == EAGAIN || errno == EINTR))) break;  // EOF or error: gone
+      if (k == sizeof in && (in.type == uint32_t(Ctl::kBye) || in.type == uint32_t(Ctl::kAbort))) heard = true;
+    }
+    ctl_.close();
+  }
+}
+
+// ---- Setup -------------------------------------------------------------------------
+
+Setup::Setup(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl)
+    : sender_(sender), probeTimeoutMs_(params.probeTimeoutMs) {
+  fd_ = ctl.fd();
+  ep_ = std::make_unique<Endpoint>(port, sender, params, std::move(ctl));
+  state_ = sender ? State::kSendMeta : State::kRecvMeta;
+  if (sender) {
+    Status s = ep_->createResources(params.qp.qpsPerConn);
+    if (!s.ok()) {
+      error_ = s;
+      return;
+    }
+    Meta m = ep_->localMeta();
+    buf_.assign(reinterpret_cast<const char*>(&m), reinterpret_cast<const char*>(&m) + sizeof m);
+  } else {
+    buf_.assign(sizeof(Meta), 0);
+  }
+}
+
+Status Setup::ioStep(bool send, bool* complete) {
+  *complete = false;
+  while (done_ < buf_.size()) {
+    ssize_t k = send ? ::send(fd_, buf_.data() + done_, buf_.size() - done_, MSG_DONTWAIT | MSG_NOSIGNAL)
+                     : ::recv(fd_, buf_.data() + done_, buf_.size() - done_, MSG_DONTWAIT);
+    if (k > 0) {
+      done_ += size_t(k);
+      continue;
+    }
+    if (k == 0 && !send) return RemoteError("NET/IB: %s: the peer closed the connection during setup", ep_->what().c_str());
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return OkStatus();
+    return ErrnoError(errno, "NET/IB: %s: setup", ep_->what().c_str());
+  }
+  done_ = 0;
+  *complete = true;
+  return OkStatus();
+}
+
+Result<std::unique_ptr<Endpoint>> Setup::step() {
+  SNCCL_TRY(error_);
+  bool complete = false;
+  for (;;) {
+    switch (state_) {
+      case State::kSendMeta:
+        SNCCL_TRY(ioStep(true, &complete));
+        if (!complete) return std::unique_ptr<Endpoint>();
+        state_ = sender_ ? State::kRecvMeta : State::kRecvReady;
+        buf_.assign(sender_ ? sizeof(Meta) : sizeof(CtlFrame), 0);
+        break;
+      case State::kRecvMeta: {
+        SNCCL_TRY(ioStep(false, &complete));
+        if (!complete) return std::unique_ptr<Endpoint>();
+        std::memcpy(&peer_, buf_.data(), sizeof peer_);
+        if (peer_.magic != kMetaMagic || peer_.version != kMetaVersion)
+          return InternalError("NET/IB: %s: the peer is not an IB net of version %u (magic %08x, version %u)",
+                               ep_->what().c_str(), unsigned(kMetaVersion), peer_.magic, unsigned(peer_.version));
+        if (peer_.nqps < 1 || peer_.nqps > kMaxQps)
+          return InternalError("NET/IB: %s: the peer asks for %u queue pairs", ep_->what().c_str(), unsigned(peer_.nqps));
+        peer_.dev[sizeof peer_.dev - 1] = '\0';
+        if (bool(peer_.ethernet) != ep_->port()->ethernet)
+          return InvalidUsage("NET/IB: %s: link layers differ: %s is %s, the peer's %s is %s", ep_->what().c_str(),
+                              ep_->port()->label().c_str(), ep_->port()->ethernet ? "Ethernet (RoCE)" : "InfiniBand",
+                              peer_.dev, peer_.ethernet ? "Ethernet (RoCE)" : "InfiniBand");
+        if (!sender_) SNCCL_TRY(ep_->createResources(peer_.nqps));
+        SNCCL_TRY(ep_->connectQps(peer_));
+        if (sender_) {
+          CtlFrame f{uint32_t(Ctl::kReady), 0};
+          buf_.assign(reinterpret_cast<const char*>(&f), reinterpret_cast<const char*>(&f) + sizeof f);
+          state_ = State::kSendReady;
+        } else {
+          Meta m = ep_->localMeta();
+          buf_.assign(reinterpret_cast<const char*>(&m), reinterpret_cast<const char*>(&m) + sizeof m);
+          state_ = State::kSendMeta;
+        }
+        break;
+      }
+      case State::kSendReady:
+        SNCCL_TRY(ioStep(true, &complete));
+        if (!complete) return std::unique_ptr<Endpoint>();
+        SNCCL_TRY(ep_->postProbes());
+        probeDeadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(probeTimeoutMs_);
+        state_ = State::kProbe;
+        break;
+      case State::kRecvReady: {
+        SNCCL_TRY(ioStep(false, &complete));
+        if (!complete) return std::unique_ptr<Endpoint>();
+        CtlFrame f{};
+        std::memcpy(&f, buf_.data(), sizeof f);
+        if (f.type != uint32_t(Ctl::kReady))
+          return InternalError("NET/IB: %s: setup expected the peer's ready, got frame %u", ep_->what().c_str(), f.type);
+        SNCCL_TRY(ep_->postProbes());
+        probeDeadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(probeTimeoutMs_);
+        state_ = State::kProbe;
+        break;
+      }
+      case State::kProbe: {
+        Result<bool> ok = ep_->probeDone();
+        if (!ok.ok())
+          return Status(ok.status()).addContext("NET/IB: the new connection's probe write failed");
+        if (ok.value()) {
+          state_ = State::kDone;
+          SN_INFO(log::kNet, "NET/IB : %s: connected, path %s", ep_->what().c_str(), ep_->pathDescription().c_str());
+          return std::move(ep_);
+        }
+        if (std::chrono::steady_clock::now() > probeDeadline_)
+          return RemoteError("NET/IB: %s: the path %s carried no RDMA write within %d ms, although its TCP control "
+                             "connection works: check that both GIDs are routable to each other (same subnet or "
+                             "routed, NCCL_IB_GID_INDEX), the MTU, PFC/ECN settings and filters on UDP port 4791",
+                             ep_->what().c_str(), ep_->pathDescription().c_str(), probeTimeoutMs_);
+        return std::unique_ptr<Endpoint>();
+      }
+      case State::kDone:
+        return InternalError("NET/IB: setup stepped after it finished");
+    }
+  }
+}
+
+}  // namespace snccl::net::ib

@@ -1,0 +1,139 @@
+// One IB net connection end (ib_wire.h describes the protocol), and the non-blocking
+// setup that creates it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "transport/net/ib/ib_device.h"
+#include "transport/net/ib/ib_wire.h"
+#include "transport/net/net.h"
+
+namespace snccl::net::ib {
+
+struct ConnParams {
+  QpParams qp;
+  int probeTimeoutMs = 10000;
+  int lingerMs = 1000;
+};
+
+class Endpoint;
+
+class IbRequest : public Request {
+ public:
+  Endpoint* ep = nullptr;
+  uint64_t seq = 0;
+  bool live = false;
+  bool complete = false;
+  int nparts = 0;      // sender: parts posted; receiver: from the records (0 until the first)
+  int partsDone = 0;
+  size_t size = 0;     // sender: bytes sent; receiver: bytes received
+  uint32_t imm = 0;
+};
+
+// The resources and state of one end. Used by one thread at a time (net.h).
+class Endpoint {
+ public:
+  Endpoint(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // Setup steps (ib_conn.cc Setup drives them).
+  Status createResources(int nqps);
+  Meta localMeta() const;
+  Status connectQps(const Meta& peer);
+  Status postProbes();
+  // True once this end's probe writes completed and the peer's arrived.
+  Result<bool> probeDone();
+  std::string pathDescription() const;  // both ends' devices, GIDs and hosts
+
+  // Data path.
+  Result<IbRequest*> isend(void* data, size_t size, int tag, uint32_t imm, MemHandle* mh);
+  Result<IbRequest*> irecv(void* data, size_t size, int tag, MemHandle* mh);
+  Status test(IbRequest* r, bool* done, size_t* size, uint32_t* imm);
+
+  void close(uint32_t abortCode);
+  uint32_t peerAbortCode() const { return peerAbort_; }
+  const IbPort* port() const { return port_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  Status progress();
+  Status handleCompletion(const ibv_wc& wc);
+  Status checkControl(bool force);
+  Status fail(Status s);
+  Status completionError(const ibv_wc& wc);
+  int qpIndex(uint32_t qpn) const;
+  Status postRecvs(int qp, int count);
+
+  const IbPort* port_;
+  const Verbs* v_;
+  bool sender_;
+  ConnParams params_;
+  sock::Socket ctl_;
+  std::string what_;  // "send to 10.0.0.2" for messages
+
+  Region* region_ = nullptr;
+  ibv_mr* regionMr_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::vector<ibv_qp*> qps_;
+  AsyncSink sink_;
+  Meta peer_{};
+  uint64_t probeValue_ = 0;
+  int probesDone_ = 0;
+
+  IbRequest reqs_[kSlots];
+  uint64_t posted_ = 0;   // requests started
+  uint64_t retired_ = 0;  // requests reported done to the caller
+  Status failed_;
+  uint32_t peerAbort_ = 0;
+  bool peerBye_ = false;
+  std::chrono::steady_clock::time_point nextCtlCheck_{};
+};
+
+class IbSendComm : public SendComm {
+ public:
+  std::unique_ptr<Endpoint> ep;
+};
+class IbRecvComm : public RecvComm {
+ public:
+  std::unique_ptr<Endpoint> ep;
+};
+
+class IbMemHandle : public MemHandle {
+ public:
+  std::shared_ptr<Hca> hca;
+  ibv_mr* mr = nullptr;
+};
+
+// The non-blocking setup of one end: TCP control socket first (the socket net's
+// listener and connector), then metadata each way, queue pairs to RTS, and the probe:
+// one RDMA write each way on every queue pair, so that a path that carries TCP but not
+// RoCE fails here with both ends named, not at the first collective.
+class Setup {
+ public:
+  Setup(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl);
+  // The finished endpoint, null while in progress.
+  Result<std::unique_ptr<Endpoint>> step();
+
+ private:
+  enum class State { kSendMeta, kRecvMeta, kSendReady, kRecvReady, kProbe, kDone };
+  Status ioStep(bool send, bool* complete);
+
+  std::unique_ptr<Endpoint> ep_;
+  Status error_;  // resources could not be created
+  bool sender_;
+  State state_;
+  std::vector<char> buf_;
+  size_t done_ = 0;
+  Meta peer_{};
+  int probeTimeoutMs_;
+  std::chrono::steady_clock::time_point probeDeadline_{};
+  int fd_;
+};
+
+}  // namespace snccl::net::ib

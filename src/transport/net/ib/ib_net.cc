@@ -1,0 +1,324 @@
+// The IB Net: glue between the Net interface and the devices, setup and endpoints.
+#include "transport/net/ib/ib_net.h"
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/params.h"
+#include "common/socket.h"
+#include "transport/net/ib/ib_conn.h"
+#include "transport/net/socket/socket_setup.h"
+#include "transport/net/socket/socket_wire.h"
+
+namespace snccl::net {
+
+namespace ib {
+namespace {
+
+// The handle: HandleHead, the TCP control listener's socket-net handle, then the stage
+// of an in-progress connect (magic + pointer), as the socket net keeps its own.
+constexpr size_t kSockOffset = sizeof(HandleHead);
+constexpr size_t kStageOffset = kSockOffset + sockwire::kHandleBytes;
+constexpr size_t kHandleBytes = kStageOffset + 16;
+constexpr uint64_t kStageMagic = 0x73746167652d6962ull;
+
+struct Params {
+  HcaFilter filter;
+  GidPolicy gid;
+  ConnParams conn;
+  bool relaxed = false;
+};
+
+Result<Params> readParams() {
+  Params p;
+  SNCCL_ASSIGN_OR_RETURN(p.filter, HcaFilter::parse(params::getString(params::Id::IbHca)));
+  SNCCL_ASSIGN_OR_RETURN(p.gid, gidPolicyFromValues(params::getInt(params::Id::IbGidIndex),
+                                                    params::getInt(params::Id::IbRoceVersionNum),
+                                                    params::getString(params::Id::IbAddrFamily)));
+  SNCCL_ASSIGN_OR_RETURN(p.conn.qp, qpParamsFromValues(params::getInt(params::Id::IbTimeout),
+                                                       params::getInt(params::Id::IbRetryCnt),
+                                                       params::getInt(params::Id::IbTc), params::getInt(params::Id::IbSl),
+                                                       params::getInt(params::Id::IbQpsPerConnection),
+                                                       params::getInt(params::Id::IbSplitBytes)));
+  const int64_t probe = params::getInt(params::Id::IbProbeTimeoutMs);
+  if (probe < 1 || probe > 3600 * 1000)
+    return InvalidArgument("SNCCL_IB_PROBE_TIMEOUT_MS=%lld is out of range 1..3600000", static_cast<long long>(probe));
+  p.conn.probeTimeoutMs = int(probe);
+  p.relaxed = params::getInt(params::Id::IbPciRelaxedOrdering) == 1;
+  return p;
+}
+
+class IbListen : public ListenComm {
+ public:
+  int dev = 0;
+  std::unique_ptr<socknet::SocketListen> tcp;
+  std::unique_ptr<Setup> setup;
+};
+
+struct Stage {
+  int dev = 0;
+  std::unique_ptr<socknet::Connector> tcp;
+  std::unique_ptr<Setup> setup;
+};
+
+Stage* stagedConnect(const Handle& h) {
+  if (h.bytes.size() != kHandleBytes) return nullptr;
+  uint64_t magic = 0;
+  std::memcpy(&magic, h.bytes.data() + kStageOffset, sizeof magic);
+  if (magic != kStageMagic) return nullptr;
+  Stage* s = nullptr;
+  std::memcpy(&s, h.bytes.data() + kStageOffset + 8, sizeof s);
+  return s;
+}
+
+void setStage(Handle* h, Stage* s) {
+  if (h->bytes.size() != kHandleBytes) return;
+  uint64_t magic = s != nullptr ? kStageMagic : 0;
+  std::memcpy(h->bytes.data() + kStageOffset, &magic, sizeof magic);
+  std::memcpy(h->bytes.data() + kStageOffset + 8, &s, sizeof s);
+}
+
+Endpoint* endpointOf(const Comm* c) {
+  if (auto* s = dynamic_cast<const IbSendComm*>(c)) return s->ep.get();
+  if (auto* r = dynamic_cast<const IbRecvComm*>(c)) return r->ep.get();
+  return nullptr;
+}
+
+class IbNet : public Net {
+ public:
+  explicit IbNet(const Verbs* verbs) : verbs_(verbs) {}
+
+  const char* name() const override { return "IB"; }
+
+  Status init() override {
+    if (params::getInt(params::Id::IbDisable) == 1) {
+      SN_INFO(log::kNet | log::kInit, "NET/IB : disabled by NCCL_IB_DISABLE=1");
+      return OkStatus();
+    }
+    if (verbs_ == nullptr) {
+      Result<const Verbs*> v = systemVerbs();
+      if (!v.ok()) {
+        SN_INFO(log::kNet | log::kInit, "NET/IB : off: %s", v.status().message().c_str());
+        return v.status();
+      }
+      verbs_ = v.value();
+    }
+    SNCCL_ASSIGN_OR_RETURN(params_, readParams());
+    SNCCL_ASSIGN_OR_RETURN(iface_, sock::chooseLocalInterface());
+    SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
+    SNCCL_ASSIGN_OR_RETURN(ports_, discoverPorts(verbs_, params_.filter, params_.gid, params_.relaxed, nullptr));
+    if (ports_.empty()) SN_INFO(log::kNet | log::kInit, "NET/IB : no active RDMA port (NCCL_IB_HCA filters them)");
+    return OkStatus();
+  }
+
+  int devices() const override { return int(ports_.size()); }
+
+  Status getProperties(int dev, Properties* p) const override {
+    SNCCL_TRY(checkDev(dev));
+    const IbPort& port = ports_[size_t(dev)];
+    *p = Properties{};
+    p->name = port.hca->name();
+    p->pciPath = port.pciPath;
+    p->guid = port.guid;
+    p->ptrSupport = kPtrHost;
+    p->speedMbps = port.speedMbps;
+    p->port = port.port;
+    p->latencyUs = 0;
+    p->maxComms = port.hca->maxQp() / params_.conn.qp.qpsPerConn;
+    p->maxRecvs = 1;
+    p->maxP2pBytes = size_t(1) << 30;
+    p->imm = true;
+    return OkStatus();
+  }
+
+  Status listen(int dev, Handle* handle, ListenComm** out) override {
+    *out = nullptr;
+    SNCCL_TRY(checkDev(dev));
+    sock::Address bind = iface_.addr;
+    bind.setPort(0);
+    Handle sockHandle;
+    auto l = std::make_unique<IbListen>();
+    l->dev = dev;
+    SNCCL_ASSIGN_OR_RETURN(l->tcp, socknet::SocketListen::create(bind, 0, tuning_, &sockHandle));
+    handle->bytes.assign(kHandleBytes, 0);
+    HandleHead head{kHandleMagic, kMetaVersion, 0};
+    std::memcpy(handle->bytes.data(), &head, sizeof head);
+    std::memcpy(handle->bytes.data() + kSockOffset, sockHandle.bytes.data(), sockHandle.bytes.size());
+    *out = l.release();
+    return OkStatus();
+  }
+
+  Status connect(int dev, Handle* handle, SendComm** out) override {
+    *out = nullptr;
+    SNCCL_TRY(checkDev(dev));
+    Stage* st = stagedConnect(*handle);
+    if (st == nullptr) {
+      HandleHead head{};
+      if (handle->bytes.size() != kHandleBytes) return InternalError("NET/IB: the peer's listen handle has %zu bytes, "
+                                                                     "not the IB net's %zu (a different net?)",
+                                                                     handle->bytes.size(), kHandleBytes);
+      std::memcpy(&head, handle->bytes.data(), sizeof head);
+      if (head.magic != kHandleMagic || head.version != kMetaVersion)
+        return InternalError("NET/IB: the peer's listen handle is not an IB net handle of version %u", kMetaVersion);
+      Handle sockHandle;
+      sockHandle.bytes.assign(handle->bytes.begin() + kSockOffset, handle->bytes.begin() + kStageOffset);
+      auto fresh = std::make_unique<Stage>();
+      fresh->dev = dev;
+      SNCCL_ASSIGN_OR_RETURN(fresh->tcp, socknet::Connector::start(sockHandle, tuning_));
+      st = fresh.release();
+      setStage(handle, st);
+    }
+    Status s = stepConnect(st, out);
+    if (!s.ok() || *out != nullptr) cancelConnect(handle);
+    return s;
+  }
+
+  Status accept(ListenComm* lc, RecvComm** out) override {
+    *out = nullptr;
+    auto* l = static_cast<IbListen*>(lc);
+    if (!l->setup) {
+      SNCCL_ASSIGN_OR_RETURN(auto socks, l->tcp->tryAccept());
+      if (socks.empty()) return OkStatus();
+      l->setup = std::make_unique<Setup>(&ports_[size_t(l->dev)], false, params_.conn, std::move(socks[0]));
+    }
+    Result<std::unique_ptr<Endpoint>> ep = l->setup->step();
+    if (!ep.ok()) {
+      l->setup.reset();
+      return ep.status();
+    }
+    if (!ep.value()) return OkStatus();
+    l->setup.reset();
+    auto* r = new IbRecvComm();
+    r->ep = std::move(ep).value();
+    *out = r;
+    return OkStatus();
+  }
+
+  void cancelConnect(Handle* handle) override {
+    delete stagedConnect(*handle);
+    setStage(handle, nullptr);
+  }
+
+  Status regMr(Comm* comm, void* data, size_t size, int type, MemHandle** mh) override {
+    *mh = nullptr;
+    if (type != kPtrHost) return InvalidArgument("NET/IB: only host memory can be registered (type %d)", type);
+    Endpoint* ep = endpointOf(comm);
+    if (ep == nullptr) return InvalidArgument("NET/IB: regMr on a comm that is not a send or receive comm");
+    SNCCL_ASSIGN_OR_RETURN(ibv_mr * mr, ep->port()->hca->acquireMr(data, size));
+    auto* h = new IbMemHandle();
+    h->hca = ep->port()->hca;
+    h->mr = mr;
+    *mh = h;
+    return OkStatus();
+  }
+
+  Status deregMr(Comm*, MemHandle* mh) override {
+    auto* h = static_cast<IbMemHandle*>(mh);
+    if (h == nullptr) return OkStatus();
+    h->hca->releaseMr(h->mr);
+    delete h;
+    return OkStatus();
+  }
+
+  Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle* mh, Request** req) override {
+    *req = nullptr;
+    SNCCL_ASSIGN_OR_RETURN(IbRequest * r, static_cast<IbSendComm*>(comm)->ep->isend(data, size, tag, imm, mh));
+    *req = r;
+    return OkStatus();
+  }
+
+  Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int* tags, MemHandle** mhs, Request** req) override {
+    *req = nullptr;
+    if (n != 1) return InvalidArgument("NET/IB: irecv of %d buffers; this net takes one (maxRecvs 1)", n);
+    SNCCL_ASSIGN_OR_RETURN(IbRequest * r, static_cast<IbRecvComm*>(comm)->ep->irecv(data[0], sizes[0], tags[0], mhs[0]));
+    *req = r;
+    return OkStatus();
+  }
+
+  // Host memory: nothing to flush.
+  Status iflush(RecvComm*, int, void**, int*, MemHandle**, Request** req) override {
+    *req = nullptr;
+    return OkStatus();
+  }
+
+  Status test(Request* req, bool* done, size_t* sizes, uint32_t* imm) override {
+    auto* r = static_cast<IbRequest*>(req);
+    return r->ep->test(r, done, sizes, imm);
+  }
+
+  // Completions and credits arrive in memory and completion queues, not on descriptors:
+  // the caller polls.
+  bool pollFds(const Comm*, std::vector<pollfd>*) const override { return false; }
+
+  Status closeSend(SendComm* comm, uint32_t abortCode) override {
+    auto* s = static_cast<IbSendComm*>(comm);
+    s->ep->close(abortCode);
+    delete s;
+    return OkStatus();
+  }
+  Status closeRecv(RecvComm* comm, uint32_t abortCode) override {
+    auto* r = static_cast<IbRecvComm*>(comm);
+    r->ep->close(abortCode);
+    delete r;
+    return OkStatus();
+  }
+  uint32_t peerAbortCode(const Comm* comm) const override {
+    const Endpoint* ep = endpointOf(comm);
+    return ep != nullptr ? ep->peerAbortCode() : 0;
+  }
+  Status closeListen(ListenComm* comm) override {
+    delete static_cast<IbListen*>(comm);
+    return OkStatus();
+  }
+
+ private:
+  Status stepConnect(Stage* st, SendComm** out) {
+    if (!st->setup) {
+      SNCCL_ASSIGN_OR_RETURN(auto socks, st->tcp->step());
+      if (socks.empty()) return OkStatus();
+      st->setup = std::make_unique<Setup>(&ports_[size_t(st->dev)], true, params_.conn, std::move(socks[0]));
+    }
+    SNCCL_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, st->setup->step());
+    if (!ep) return OkStatus();
+    auto* s = new IbSendComm();
+    s->ep = std::move(ep);
+    *out = s;
+    return OkStatus();
+  }
+
+  Status checkDev(int dev) const {
+    if (dev < 0 || dev >= int(ports_.size()))
+      return InvalidArgument("NET/IB: device %d does not exist (%zu devices)", dev, ports_.size());
+    return OkStatus();
+  }
+
+  const Verbs* verbs_;
+  // Set once by init(), read-only afterwards.
+  Params params_;
+  sock::Interface iface_;
+  socknet::SocketTuning tuning_;
+  std::vector<IbPort> ports_;
+};
+
+}  // namespace
+
+std::unique_ptr<Net> makeIbNet(const Verbs* verbs) { return std::make_unique<IbNet>(verbs); }
+
+Result<std::vector<PortReport>> describePorts(const Verbs* verbs) {
+  if (verbs == nullptr) {
+    SNCCL_ASSIGN_OR_RETURN(verbs, systemVerbs());
+  }
+  SNCCL_ASSIGN_OR_RETURN(Params p, readParams());
+  std::vector<PortReport> report;
+  SNCCL_TRY(discoverPorts(verbs, p.filter, p.gid, false, &report).status());
+  return report;
+}
+
+}  // namespace ib
+
+Net* ibNet() {
+  static Net* const net = new ib::IbNet(nullptr);
+  return net;
+}
+
+}  // namespace snccl::net

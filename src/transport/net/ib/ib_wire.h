@@ -1,0 +1,100 @@
+// What the two ends of an IB net connection write into each other's memory, and the
+// metadata they exchange over the connection's TCP control socket.
+//
+// A connection is `nqps` RC queue pairs between a sender and a receiver, and one TCP
+// socket (the out-of-band path: setup, goodbye, failure notices). Each end owns one
+// registered Region the other end writes into:
+//  - The receiver grants a credit by RDMA-writing a CtsEntry {address, size, rkey, tag,
+//    idx} into fifo[seq % kSlots] of the sender's Region: one posted receive, one credit.
+//    The sender sends message `seq` only once that entry's idx reads seq + 1, so it never
+//    writes into a buffer it has not been granted.
+//  - The sender writes each part of a message with RDMA_WRITE into the granted buffer,
+//    then, on the same queue pair, an RDMA_WRITE_WITH_IMM of a DoneRecord into
+//    records[slot][qp] of the receiver's Region. The receiver learns of the part from the
+//    completion that write generates (it consumes one posted zero-length receive), and
+//    RC ordering on one queue pair guarantees the part's data is in place by then. No
+//    flag travels on another path than its data.
+// All integers are little-endian (the only byte order snccl builds for).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace snccl::net::ib {
+
+constexpr int kSlots = 64;    // requests in flight per comm, = credits
+constexpr int kMaxQps = 16;   // NCCL_IB_QPS_PER_CONNECTION's upper bound
+constexpr size_t kPartAlign = 128;
+
+struct CtsEntry {
+  uint64_t addr;
+  uint64_t size;
+  uint32_t rkey;
+  int32_t tag;
+  uint64_t idx;  // seq + 1; written last (it is the last field of one RDMA write)
+};
+static_assert(sizeof(CtsEntry) == 32);
+
+struct DoneRecord {
+  uint64_t seq;
+  uint64_t size;   // the whole message's bytes
+  uint32_t imm;    // Net::isend's imm
+  uint16_t nparts;
+  uint16_t part;
+  uint64_t reserved;
+};
+static_assert(sizeof(DoneRecord) == 32);
+
+struct alignas(4096) Region {
+  CtsEntry fifo[kSlots];                 // sender: grants written by the receiver; receiver: staging
+  DoneRecord records[kSlots][kMaxQps];   // receiver: written by the sender; sender: staging
+  uint64_t probeIn;                      // the peer's probe write lands here
+  uint64_t probeOut;                     // the source of this end's probe write
+};
+
+// The imm of a record write: the slot and 16 bits of the sequence number, so that a
+// completion is matched to the request it belongs to and a stale one is caught.
+inline uint32_t packImm(uint64_t seq) { return uint32_t(seq % kSlots) | uint32_t((seq & 0xffff) << 16); }
+inline int immSlot(uint32_t imm) { return int(imm & 0xffff); }
+inline uint16_t immSeq16(uint32_t imm) { return uint16_t(imm >> 16); }
+
+constexpr uint32_t kMetaMagic = 0x736e4962;  // "sNIb"
+constexpr uint16_t kMetaVersion = 1;
+
+// One end's connection metadata, sent once each way over the control socket.
+struct Meta {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t nqps;
+  uint8_t ethernet;
+  uint8_t mtu;        // ibv_mtu
+  uint16_t lid;
+  uint32_t gidIndex;
+  uint8_t gid[16];
+  uint64_t regionAddr;
+  uint32_t regionRkey;
+  uint8_t tc;
+  uint8_t sl;
+  uint16_t port;
+  uint64_t probeValue;  // what this end's probe writes into the peer's probeIn
+  char dev[64];
+  uint32_t qpn[kMaxQps];
+};
+
+// Control-socket frames after setup.
+enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3 };
+struct CtlFrame {
+  uint32_t type;  // Ctl
+  uint32_t code;  // kAbort: the abort code (net.h closeSend)
+};
+static_assert(sizeof(CtlFrame) == 8);
+
+// The listen handle: the TCP control socket's handle (socket net layout) behind this head.
+constexpr uint32_t kHandleMagic = 0x736e4968;  // "sNIh"
+struct HandleHead {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+};
+
+}  // namespace snccl::net::ib
