@@ -1,6 +1,7 @@
 #include "transport/net/ib/ib_conn.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -17,7 +18,7 @@ namespace snccl::net::ib {
 
 namespace {
 
-enum Kind : uint64_t { kData = 1, kCts = 2, kProbe = 3, kRecv = 4 };
+enum Kind : uint64_t { kData = 1, kCts = 2, kProbe = 3, kRecv = 4, kCredit = 5 };
 
 uint64_t wrId(Kind k, int slot, int part) { return (uint64_t(k) << 56) | (uint64_t(slot) << 16) | uint64_t(part); }
 Kind wrKind(uint64_t id) { return Kind(id >> 56); }
@@ -30,6 +31,7 @@ const char* kindName(Kind k) {
     case kCts: return "credit write";
     case kProbe: return "probe write";
     case kRecv: return "receive";
+    case kCredit: return "credit receive";
     default: return "unknown work request";
   }
 }
@@ -80,7 +82,9 @@ Endpoint::Endpoint(const IbPort* port, bool sender, ConnParams params, sock::Soc
 
 Endpoint::~Endpoint() {
   for (ibv_qp* qp : qps_) v_->destroyQp(qp);
+  if (cq_ != nullptr && unackedEvents_ > 0) v_->ackCqEvents(cq_, unackedEvents_);  // destroy waits for acks
   if (cq_ != nullptr) v_->destroyCq(cq_);
+  if (channel_ != nullptr) v_->destroyCompChannel(channel_);
   if (regionMr_ != nullptr) port_->hca->releaseMr(regionMr_);
   std::free(region_);
 }
@@ -90,8 +94,22 @@ Status Endpoint::createResources(int nqps) {
   if (region_ == nullptr) return SystemError("NET/IB: out of memory for a connection's %zu-byte region", sizeof(Region));
   std::memset(static_cast<void*>(region_), 0, sizeof(Region));  // also faults the pages in before the NIC uses them
   SNCCL_ASSIGN_OR_RETURN(regionMr_, port_->hca->acquireMr(region_, sizeof(Region)));
-  const int cqe = kSlots * (nqps + 1) + 2 * nqps + 16;
-  cq_ = v_->createCq(port_->hca->ctx(), cqe, &sink_, nullptr, 0);
+  // A completion channel lets a thread with nothing to do sleep in poll() until the CQ
+  // has news; without one the comm is polled on a timer.
+  if (v_->createCompChannel != nullptr) {
+    channel_ = v_->createCompChannel(port_->hca->ctx());
+    if (channel_ != nullptr) {
+      int fl = ::fcntl(channel_->fd, F_GETFL);
+      if (fl < 0 || ::fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        v_->destroyCompChannel(channel_);
+        channel_ = nullptr;
+      }
+    }
+  }
+  // Outstanding completions: receiver kSlots credit writes + kSlots x nqps records;
+  // sender kSlots x nqps record writes + kCreditRecvs credit receives; probes.
+  const int cqe = kSlots * (nqps + 2) + 2 * nqps + 32;
+  cq_ = v_->createCq(port_->hca->ctx(), cqe, &sink_, channel_, 0);
   if (cq_ == nullptr) return ErrnoError(errno, "NET/IB: %s: ibv_create_cq(%d) failed", port_->label().c_str(), cqe);
   for (int q = 0; q < nqps; ++q) {
     ibv_qp_init_attr ia{};
@@ -100,7 +118,7 @@ Status Endpoint::createResources(int nqps) {
     ia.recv_cq = cq_;
     ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = 2 * kSlots + 8;
-    ia.cap.max_recv_wr = kSlots + 8;
+    ia.cap.max_recv_wr = 2 * kSlots + 8;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
     ibv_qp* qp = v_->createQp(port_->hca->pd(), &ia);
@@ -120,13 +138,19 @@ Status Endpoint::createResources(int nqps) {
   // record write of a part consumes one, and at most kSlots requests are in flight.
   if (!sender_)
     for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, kSlots));
+  // The sender's QP 0 takes the credit writes (RDMA_WRITE_WITH_IMM, so that a sender
+  // asleep waiting for a credit gets a completion event). Up to 2 x kSlots can be in
+  // flight between two polls of the sender's CQ: the receiver grants kSlots past what it
+  // has retired, and it retires only what the sender sent, itself kSlots past what the
+  // sender has retired.
+  if (sender_) SNCCL_TRY(postRecvs(0, 2 * kSlots + 8, kCredit));
   return OkStatus();
 }
 
-Status Endpoint::postRecvs(int q, int count) {
+Status Endpoint::postRecvs(int q, int count, int kind) {
   for (int i = 0; i < count; ++i) {
     ibv_recv_wr wr{};
-    wr.wr_id = wrId(kRecv, 0, q);
+    wr.wr_id = wrId(Kind(kind), 0, q);
     ibv_recv_wr* bad = nullptr;
     if (int rc = v_->postRecv(qps_[size_t(q)], &wr, &bad))
       return ErrnoError(rc, "NET/IB: %s: ibv_post_recv on QP 0x%x failed", port_->label().c_str(),
@@ -271,6 +295,13 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
   const Kind k = wrKind(wc.wr_id);
   switch (k) {
     case kCts: return OkStatus();
+    case kCredit:
+      // The grant itself is in the FIFO (written by this same operation); the completion
+      // only consumed a receive, which goes back.
+      if (!sender_ || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM)
+        return fail(InternalError("NET/IB: %s: unexpected credit completion (QP 0x%x, opcode %d)", what_.c_str(),
+                                  wc.qp_num, int(wc.opcode)));
+      return postRecvs(0, 1, kCredit);
     case kProbe: ++probesDone_; return OkStatus();
     case kData: {
       IbRequest& r = reqs_[wrSlot(wc.wr_id) % kSlots];
@@ -315,6 +346,8 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
 
 Status Endpoint::progress() {
   if (!failed_.ok()) return failed_;
+  for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pending_[i]));
+  npending_ = 0;
   for (;;) {
     ibv_wc wcs[16];
     int n = v_->pollCq(cq_, 16, wcs);
@@ -347,6 +380,7 @@ Status Endpoint::checkControl(bool force) {
     bool outstanding = false;
     for (const IbRequest& r : reqs_) outstanding = outstanding || (r.live && !r.complete);
     if (k <= 0) {
+      ctlClosed_ = true;
       if (peerBye_ && !outstanding) return OkStatus();
       return fail(RemoteError("NET/IB: %s: the peer closed the connection%s (process gone?); path %s", what_.c_str(),
                               outstanding ? " with operations in flight" : "", pathDescription().c_str()));
@@ -472,7 +506,8 @@ Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* 
   wr.wr_id = wrId(kCts, slot, 0);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htonl(packImm(seq));
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, fifo) + size_t(slot) * sizeof(CtsEntry);
   wr.wr.rdma.rkey = peer_.regionRkey;
@@ -495,6 +530,27 @@ Status Endpoint::test(IbRequest* r, bool* done, size_t* size, uint32_t* imm) {
   r->live = false;
   ++retired_;
   return OkStatus();
+}
+
+bool Endpoint::armWait(std::vector<pollfd>* fds) {
+  if (channel_ == nullptr || !failed_.ok() || ctlClosed_) return false;
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  while (v_->getCqEvent(channel_, &cq, &ctx) == 0) ++unackedEvents_;  // non-blocking fd: ends with EAGAIN
+  if (unackedEvents_ > 0) {
+    v_->ackCqEvents(cq_, unackedEvents_);
+    unackedEvents_ = 0;
+  }
+  if (v_->reqNotifyCq(cq_, 0) != 0) return false;
+  // A completion that arrived before the CQ was armed raises no event: look once more,
+  // keeping what is found for the next progress().
+  int n = v_->pollCq(cq_, kPendingMax - npending_, pending_ + npending_);
+  if (n < 0) return false;
+  npending_ += n;
+  if (npending_ > 0) return false;
+  fds->push_back(pollfd{channel_->fd, POLLIN, 0});
+  fds->push_back(pollfd{ctl_.fd(), POLLIN, 0});
+  return true;
 }
 
 void Endpoint::close(uint32_t abortCode) {

@@ -56,6 +56,12 @@ class Endpoint {
   Result<IbRequest*> irecv(void* data, size_t size, int tag, MemHandle* mh);
   Status test(IbRequest* r, bool* done, size_t* size, uint32_t* imm);
 
+  // Prepares to sleep: arms the completion queue's event and appends the descriptors
+  // whose readiness means progress may be possible (the completion channel, the control
+  // socket). False when the caller must poll instead: no channel, a completion already
+  // waiting, a failed comm.
+  bool armWait(std::vector<pollfd>* fds);
+
   void close(uint32_t abortCode);
   uint32_t peerAbortCode() const { return peerAbort_; }
   const IbPort* port() const { return port_; }
@@ -68,7 +74,7 @@ class Endpoint {
   Status fail(Status s);
   Status completionError(const ibv_wc& wc);
   int qpIndex(uint32_t qpn) const;
-  Status postRecvs(int qp, int count);
+  Status postRecvs(int qp, int count, int kind = 4 /* kRecv */);
 
   const IbPort* port_;
   const Verbs* v_;
@@ -76,6 +82,13 @@ class Endpoint {
   ConnParams params_;
   sock::Socket ctl_;
   std::string what_;  // "send to 10.0.0.2" for messages
+
+  static constexpr int kPendingMax = 16;
+  ibv_comp_channel* channel_ = nullptr;
+  unsigned unackedEvents_ = 0;
+  ibv_wc pending_[kPendingMax];  // completions armWait found, handled by the next progress()
+  int npending_ = 0;
+  bool ctlClosed_ = false;       // the peer's end of the control socket is closed
 
   Region* region_ = nullptr;
   ibv_mr* regionMr_ = nullptr;

@@ -246,9 +246,14 @@ class IbNet : public Net {
     return r->ep->test(r, done, sizes, imm);
   }
 
-  // Completions and credits arrive in memory and completion queues, not on descriptors:
-  // the caller polls.
-  bool pollFds(const Comm*, std::vector<pollfd>*) const override { return false; }
+  // Completions (credits included: they are written with immediate data) raise events
+  // on the comm's completion channel; the control socket brings the peer's notices.
+  // pollFds arms the channel, which changes the comm's state: the proxy calls it as the
+  // comm's one user at that moment (net.h: one thread at a time).
+  bool pollFds(const Comm* comm, std::vector<pollfd>* fds) const override {
+    Endpoint* ep = endpointOf(comm);
+    return ep != nullptr && ep->armWait(fds);
+  }
 
   Status closeSend(SendComm* comm, uint32_t abortCode) override {
     auto* s = static_cast<IbSendComm*>(comm);

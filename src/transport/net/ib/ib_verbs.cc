@@ -16,6 +16,7 @@ namespace {
 int postSendOps(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return qp->context->ops.post_send(qp, wr, bad); }
 int postRecvOps(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) { return qp->context->ops.post_recv(qp, wr, bad); }
 int pollCqOps(ibv_cq* cq, int n, ibv_wc* wc) { return cq->context->ops.poll_cq(cq, n, wc); }
+int reqNotifyCqOps(ibv_cq* cq, int solicitedOnly) { return cq->context->ops.req_notify_cq(cq, solicitedOnly); }
 
 std::string sysfsDevice(const char* dev) { return std::string("/sys/class/infiniband/") + dev; }
 
@@ -84,6 +85,15 @@ Result<Verbs> loadVerbs() {
     return SystemError("libibverbs.so.1 lacks %s@IBVERBS_1.1", missing);
   }
   load(lib, "ibv_reg_mr_iova2", "IBVERBS_1.8", &v.regMrIova2);  // optional
+  // Completion channels (optional; the channel calls exist only in version 1.0).
+  if (!load(lib, "ibv_create_comp_channel", "IBVERBS_1.0", &v.createCompChannel) ||
+      !load(lib, "ibv_destroy_comp_channel", "IBVERBS_1.0", &v.destroyCompChannel) ||
+      !load(lib, "ibv_get_cq_event", "IBVERBS_1.1", &v.getCqEvent) ||
+      !load(lib, "ibv_ack_cq_events", "IBVERBS_1.1", &v.ackCqEvents)) {
+    v.createCompChannel = nullptr;
+  } else {
+    v.reqNotifyCq = reqNotifyCqOps;
+  }
   v.postSend = postSendOps;
   v.postRecv = postRecvOps;
   v.pollCq = pollCqOps;

@@ -45,6 +45,14 @@ struct Verbs {
   const char* (*wcStatusStr)(ibv_wc_status status);
   const char* (*eventTypeStr)(ibv_event_type type);
 
+  // Completion events, so that a waiting thread can sleep in poll() on the channel's fd.
+  // Optional: without them the IB net's comms are polled on a timer.
+  ibv_comp_channel* (*createCompChannel)(ibv_context* ctx);
+  int (*destroyCompChannel)(ibv_comp_channel* channel);
+  int (*getCqEvent)(ibv_comp_channel* channel, ibv_cq** cq, void** cqContext);
+  void (*ackCqEvents)(ibv_cq* cq, unsigned n);
+  int (*reqNotifyCq)(ibv_cq* cq, int solicitedOnly);
+
   // Data path.
   int (*postSend)(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
   int (*postRecv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);

@@ -6,6 +6,9 @@
 // registered Region the other end writes into:
 //  - The receiver grants a credit by RDMA-writing a CtsEntry {address, size, rkey, tag,
 //    idx} into fifo[seq % kSlots] of the sender's Region: one posted receive, one credit.
+//    The write carries immediate data, so that it consumes one of the zero-length
+//    receives the sender keeps posted on its first queue pair and a sender asleep
+//    waiting for a credit gets a completion event.
 //    The sender sends message `seq` only once that entry's idx reads seq + 1, so it never
 //    writes into a buffer it has not been granted.
 //  - The sender writes each part of a message with RDMA_WRITE into the granted buffer,
