@@ -448,14 +448,47 @@ TEST(IbParams, GidPolicyErrorsNameTheVariable) {
       {-1, 0, "AF_INET", "NCCL_IB_ROCE_VERSION_NUM=0: expected 1 or 2"},
       {-1, 3, "AF_INET", "NCCL_IB_ROCE_VERSION_NUM=3: expected 1 or 2"},
       {-1, 2, "AF_UNIX", "NCCL_IB_ADDR_FAMILY=AF_UNIX: expected AF_INET or AF_INET6"},
-      {-1, 2, "", "NCCL_IB_ADDR_FAMILY=: expected AF_INET or AF_INET6"},
   };
+  // Empty means no preference given: IPv4, as when the variable is unset.
+  Result<GidPolicy> empty = gidPolicyFromValues(-1, 2, "");
+  ASSERT_TRUE(empty.ok()) << empty.status().message();
+  EXPECT_EQ(empty.value().family, AF_INET);
   for (const Bad& b : cases) {
     Result<GidPolicy> p = gidPolicyFromValues(b.index, b.version, b.family);
     ASSERT_FALSE(p.ok()) << b.expect;
     EXPECT_EQ(p.status().code(), ncclInvalidArgument) << b.expect;
     EXPECT_TRUE(contains(p.status().message(), b.expect)) << p.status().message();
   }
+}
+
+// Blanks around items are ignored; ports are plain numbers; '^' and '=' only lead.
+TEST(HcaFilterStrict, BlanksSignsAndMisplacedPrefixes) {
+  Result<HcaFilter> f = HcaFilter::parse(" mlx5_0 : 1 , mlx5_1");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_TRUE(f.value().allows("mlx5_0", 1));
+  EXPECT_FALSE(f.value().allows("mlx5_0", 2));
+  EXPECT_TRUE(f.value().allows("mlx5_1", 2));
+  for (const char* bad : {"mlx5_0:+1", "mlx5_0:1x", "=^mlx5_0", "mlx5_0,^mlx5_1", "mlx5_0,=mlx5_1"}) {
+    Result<HcaFilter> b = HcaFilter::parse(bad);
+    EXPECT_FALSE(b.ok()) << bad;
+    if (!b.ok()) {
+      EXPECT_EQ(b.status().code(), ncclInvalidArgument) << bad;
+    }
+  }
+}
+
+// Equal candidates: the lowest index wins, whatever order the table was read in.
+TEST(ChooseGidTie, LowestIndexWinsOverTableOrder) {
+  GidEntry a;
+  a.index = 5;
+  a.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 5};
+  a.type = GidType::kRoceV2;
+  GidEntry b = a;
+  b.index = 3;
+  b.raw[15] = 3;
+  Result<GidChoice> c = chooseGid({a, b}, 8, true, GidPolicy{-1, 2, AF_INET});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c.value().index, 3);
 }
 
 }  // namespace

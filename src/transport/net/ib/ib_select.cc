@@ -20,25 +20,37 @@ Result<HcaFilter> HcaFilter::parse(std::string_view spec) {
     f.exact = true;
     spec.remove_prefix(1);
   }
+  auto trim = [](std::string_view t) {
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    return t;
+  };
   while (!spec.empty()) {
     size_t comma = spec.find(',');
-    std::string_view item = spec.substr(0, comma);
+    std::string_view item = trim(spec.substr(0, comma));
     spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
     if (item.empty()) continue;
     Entry e;
     size_t colon = item.find(':');
-    e.name = std::string(item.substr(0, colon));
+    e.name = std::string(trim(item.substr(0, colon)));
     if (colon != std::string_view::npos) {
-      std::string port(item.substr(colon + 1));
-      char* end = nullptr;
-      long p = std::strtol(port.c_str(), &end, 10);
-      if (port.empty() || *end != '\0' || p < 1 || p > 255)
+      std::string_view port = trim(item.substr(colon + 1));
+      int p = 0;
+      bool digits = !port.empty() && port.size() <= 3;
+      for (char ch : port) {
+        digits = digits && ch >= '0' && ch <= '9';
+        p = p * 10 + (ch - '0');
+      }
+      if (!digits || p < 1 || p > 255)
         return InvalidArgument("NCCL_IB_HCA: '%.*s' has a bad port number (expected dev[:port], port 1..255)",
                                int(item.size()), item.data());
-      e.port = int(p);
+      e.port = p;
     }
     if (e.name.empty())
       return InvalidArgument("NCCL_IB_HCA: '%.*s' names no device", int(item.size()), item.data());
+    if (e.name.find_first_of("^=") != std::string::npos)
+      return InvalidArgument("NCCL_IB_HCA: '%.*s': '^' and '=' may only start the whole list", int(item.size()),
+                             item.data());
     f.entries.push_back(std::move(e));
   }
   return f;
@@ -112,7 +124,7 @@ Result<GidChoice> chooseGid(const std::vector<GidEntry>& table, int tableLen, bo
   const GidType wantType = policy.roceVersion == 1 ? GidType::kRoceV1 : GidType::kRoceV2;
   const bool wantV4 = policy.family != AF_INET6;
   const GidEntry* best = nullptr;
-  std::tuple<int, int, int> bestRank{};
+  std::tuple<int, int, int> bestRank{};  // (version class, family mismatch, index): lower is better
   int linkLocal = 0;
   for (const GidEntry& e : table) {
     if (e.index >= tableLen || gidIsZero(e.raw)) continue;
@@ -120,9 +132,9 @@ Result<GidChoice> chooseGid(const std::vector<GidEntry>& table, int tableLen, bo
       ++linkLocal;
       continue;
     }
-    // Lower is better: version mismatch, family mismatch, unknown type.
+    // Version class: 0 the preferred version, 1 a type that could not be read, 2 another.
     std::tuple<int, int, int> rank{e.type == wantType ? 0 : (e.type == GidType::kUnknown ? 1 : 2),
-                                   gidIsV4Mapped(e.raw) == wantV4 ? 0 : 1, e.type == GidType::kUnknown ? 1 : 0};
+                                   gidIsV4Mapped(e.raw) == wantV4 ? 0 : 1, e.index};
     if (best == nullptr || rank < bestRank) {
       best = &e;
       bestRank = rank;
@@ -142,7 +154,9 @@ Result<GidChoice> chooseGid(const std::vector<GidEntry>& table, int tableLen, bo
     why = std::string(": no ") + gidTypeName(wantType) + " " + want + " GID; the first " + gidTypeName(wantType) +
           " GID of the other family";
   } else if (std::get<0>(bestRank) == 1) {
-    why = ": its type could not be read (is this a container that does not map the port's GID attributes?)";
+    why = std::string(": no ") + gidTypeName(wantType) + " GID readable; this one's type could not be read (a " +
+          "container that does not map the port's GID attributes?)" +
+          (std::get<1>(bestRank) != 0 ? std::string(", and it is not ") + want : std::string());
   } else {
     why = std::string(": no ") + gidTypeName(wantType) + " GID configured; the best of another type";
   }
@@ -172,6 +186,7 @@ Result<GidPolicy> gidPolicyFromValues(int64_t gidIndex, int64_t roceVersion, std
                            static_cast<long long>(gidIndex));
   if (roceVersion != 1 && roceVersion != 2)
     return InvalidArgument("NCCL_IB_ROCE_VERSION_NUM=%lld: expected 1 or 2", static_cast<long long>(roceVersion));
+  if (family.empty()) family = "AF_INET";
   Result<int> fam = sock::parseFamily(family);
   if (!fam.ok() || fam.value() == AF_UNSPEC)
     return InvalidArgument("NCCL_IB_ADDR_FAMILY=%.*s: expected AF_INET or AF_INET6", int(family.size()),

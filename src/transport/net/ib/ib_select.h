@@ -16,7 +16,8 @@ namespace snccl::net::ib {
 
 // NCCL_IB_HCA: "[^][=]dev[:port],dev[:port],..." Names are prefixes unless '=' follows
 // the optional '^'; a name without a port matches every port of the device. '^' turns
-// the list into an exclusion list. An empty spec allows everything.
+// the list into an exclusion list. An empty spec allows everything. Blanks around items
+// are ignored; a port must be a number 1..255; '^' or '=' elsewhere is an error.
 struct HcaFilter {
   struct Entry {
     std::string name;
@@ -63,10 +64,10 @@ struct GidChoice {
 //  - InfiniBand: index 0 (the port's GID from the subnet manager) unless forced.
 //  - Ethernet (RoCE): a forced index is used if it is in the table and configured.
 //    Otherwise the best entry that is configured and not link-local, ranked by: the
-//    preferred RoCE version, then the preferred family (IPv4-mapped for AF_INET), then a
-//    known type over one that could not be read, then the lowest index. Entries of the
-//    other version or family are taken only when nothing better exists, and the reason
-//    says so.
+//    preferred RoCE version (an entry whose type could not be read ranks after it and
+//    before the other version), then the preferred family (IPv4-mapped for AF_INET),
+//    then the lowest index. Whatever is not the first choice comes with a reason that
+//    says why.
 Result<GidChoice> chooseGid(const std::vector<GidEntry>& table, int tableLen, bool ethernet, const GidPolicy& policy);
 
 // Validated QP parameters (NCCL_IB_TIMEOUT 1..31, NCCL_IB_RETRY_CNT 0..7, NCCL_IB_TC
