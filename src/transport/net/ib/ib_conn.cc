@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "common/log.h"
 
@@ -290,7 +291,17 @@ Status Endpoint::completionError(const ibv_wc& wc) {
 
 Status Endpoint::handleCompletion(const ibv_wc& wc) {
   // After the first failure the queue pairs flush everything still posted; the first
-  // error is the cause and is kept.
+  // error is the cause and is kept. A flush seen first is itself a consequence (a fatal
+  // event, a port going down, the peer's failure): give its news a moment to arrive, so
+  // the error names the cause.
+  if (wc.status == IBV_WC_WR_FLUSH_ERR && failed_.ok()) {
+    for (int i = 0; i < 100 && failed_.ok(); ++i) {
+      Status s = checkHealth();
+      if (s.ok()) s = checkControl(true);
+      if (!s.ok()) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   if (wc.status != IBV_WC_SUCCESS) return fail(completionError(wc));
   const Kind k = wrKind(wc.wr_id);
   switch (k) {
@@ -355,17 +366,24 @@ Status Endpoint::progress() {
     for (int i = 0; i < n; ++i) SNCCL_TRY(handleCompletion(wcs[i]));
     if (n < 16) break;
   }
+  SNCCL_TRY(checkHealth());
+  return checkControl(false);
+}
+
+Status Endpoint::checkHealth() {
+  // This node's own faults first: a port that went down or a dead device also fails
+  // the queue pairs on it.
+  if (port_->hca->fatal())
+    return fail(SystemError("NET/IB: %s: device %s reported a fatal error; path %s", what_.c_str(),
+                            port_->hca->name().c_str(), pathDescription().c_str()));
+  if (!port_->hca->portUp(port_->port))
+    return fail(SystemError("NET/IB: %s: port %s is down; path %s", what_.c_str(), port_->label().c_str(),
+                            pathDescription().c_str()));
   const int ev = sink_.event.load(std::memory_order_acquire);
   if (ev >= 0)
     return fail(RemoteError("NET/IB: %s: asynchronous event '%s' on the connection; path %s", what_.c_str(),
                             v_->eventTypeStr(ibv_event_type(ev)), pathDescription().c_str()));
-  if (!port_->hca->portUp(port_->port))
-    return fail(SystemError("NET/IB: %s: port %s is down; path %s", what_.c_str(), port_->label().c_str(),
-                            pathDescription().c_str()));
-  if (port_->hca->fatal())
-    return fail(SystemError("NET/IB: %s: device %s reported a fatal error", what_.c_str(),
-                            port_->hca->name().c_str()));
-  return checkControl(false);
+  return OkStatus();
 }
 
 Status Endpoint::checkControl(bool force) {

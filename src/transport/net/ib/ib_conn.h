@@ -66,11 +66,15 @@ class Endpoint {
   uint32_t peerAbortCode() const { return peerAbort_; }
   const IbPort* port() const { return port_; }
   const std::string& what() const { return what_; }
+  // The verbs objects, for diagnostics and for tests that inject faults into them.
+  ibv_cq* cq() const { return cq_; }
+  const std::vector<ibv_qp*>& qps() const { return qps_; }
 
  private:
   Status progress();
   Status handleCompletion(const ibv_wc& wc);
   Status checkControl(bool force);
+  Status checkHealth();  // events the device's thread recorded
   Status fail(Status s);
   Status completionError(const ibv_wc& wc);
   int qpIndex(uint32_t qpn) const;

@@ -1,0 +1,310 @@
+// The IB net over the fake verbs provider (fake_verbs.h): what Soft-RoCE cannot be made to
+// do on demand. Error completions of each kind become errors that name the status, the
+// QP, the device and both GIDs, with the code that says whose fault it is, and reach the
+// peer out of band; a completion no request asked for fails the comm; asynchronous QP,
+// port and device events fail the connections they concern; the queue pairs get the
+// attributes the parameters ask for; everything is released on close. Data movement
+// itself is tested on a real device (tests/rdma).
+#include <gtest/gtest.h>
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/fake_verbs.h"
+#include "transport/net/ib/ib_conn.h"
+#include "transport/net/ib/ib_net.h"
+#include "transport/net/ib/ib_wire.h"
+
+namespace {
+
+using snccl::Status;
+namespace net = snccl::net;
+namespace ib = snccl::net::ib;
+using snccl::test::FakeFabric;
+
+// Parameters are read once per process: the control sockets go over loopback, and the
+// QP attributes are set to values the tests check.
+const bool kEnv = [] {
+  setenv("SNCCL_SOCKET_IFNAME", "=lo", 1);
+  setenv("NCCL_IB_TC", "106", 1);
+  setenv("NCCL_IB_TIMEOUT", "14", 1);
+  setenv("NCCL_IB_RETRY_CNT", "5", 1);
+  setenv("NCCL_IB_SL", "3", 1);
+  return true;
+}();
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// One fabric, one IB net on it, one connection (both ends in this thread).
+struct Fixture {
+  FakeFabric fabric;
+  std::unique_ptr<net::Net> net;
+  net::ListenComm* listen = nullptr;
+  net::SendComm* send = nullptr;
+  net::RecvComm* recv = nullptr;
+  std::vector<char> src = std::vector<char>(1 << 16), dst = std::vector<char>(1 << 16);
+  net::MemHandle *smh = nullptr, *rmh = nullptr;
+
+  void open() {
+    fabric.addDefaultDevice();
+    net = ib::makeIbNet(fabric.verbs());
+    ASSERT_TRUE(kEnv);
+    Status s = net->init();
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(net->devices(), 1);
+    net::Handle h;
+    ASSERT_TRUE(net->listen(0, &h, &listen).ok());
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (send == nullptr || recv == nullptr) {
+      if (send == nullptr) {
+        s = net->connect(0, &h, &send);
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
+      if (recv == nullptr) {
+        s = net->accept(listen, &recv);
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "connect/accept did not finish";
+    }
+    ASSERT_TRUE(net->regMr(send, src.data(), src.size(), net::kPtrHost, &smh).ok());
+    ASSERT_TRUE(net->regMr(recv, dst.data(), dst.size(), net::kPtrHost, &rmh).ok());
+  }
+
+  ib::Endpoint* sendEp() { return static_cast<ib::IbSendComm*>(send)->ep.get(); }
+  ib::Endpoint* recvEp() { return static_cast<ib::IbRecvComm*>(recv)->ep.get(); }
+
+  net::Request* postRecv(size_t bytes = 4096) {
+    void* d = dst.data();
+    int tag = 0;
+    net::Request* r = nullptr;
+    Status s = net->irecv(recv, 1, &d, &bytes, &tag, &rmh, &r);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return r;
+  }
+  net::Request* postSend(size_t bytes = 4096, uint32_t imm = 0) {
+    net::Request* r = nullptr;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10); r == nullptr;) {
+      Status s = net->isend(send, src.data(), bytes, 0, imm, smh, &r);
+      EXPECT_TRUE(s.ok()) << s.message();
+      if (!s.ok() || std::chrono::steady_clock::now() > until) return nullptr;
+    }
+    return r;
+  }
+  // Tests r until done or an error (returned); fails the test after `seconds`.
+  Status wait(net::Request* r, bool* done, size_t* size = nullptr, uint32_t* imm = nullptr, int seconds = 10) {
+    *done = false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (!*done) {
+      Status s = net->test(r, done, size, imm);
+      if (!s.ok()) return s;
+      if (std::chrono::steady_clock::now() > until) {
+        ADD_FAILURE() << "request neither completed nor failed in " << seconds << " s";
+        break;
+      }
+    }
+    return Status();
+  }
+  void close() {
+    if (smh != nullptr) (void)net->deregMr(send, smh);
+    if (rmh != nullptr) (void)net->deregMr(recv, rmh);
+    smh = rmh = nullptr;
+    if (send != nullptr) (void)net->closeSend(send, 0);
+    if (recv != nullptr) (void)net->closeRecv(recv, 0);
+    if (listen != nullptr) (void)net->closeListen(listen);
+    send = nullptr;
+    recv = nullptr;
+    listen = nullptr;
+  }
+  ~Fixture() {
+    close();
+    net.reset();
+  }
+};
+
+TEST(IbFake, QueuePairsGetTheAttributesTheParametersAskFor) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  for (ibv_qp* qp : f.sendEp()->qps()) {
+    auto info = f.fabric.qpInfo(qp->qp_num);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->state, IBV_QPS_RTS);
+    EXPECT_EQ(info->trafficClass, 106);
+    EXPECT_EQ(info->sl, 3);
+    EXPECT_EQ(info->timeout, 14);
+    EXPECT_EQ(info->retryCnt, 5);
+    EXPECT_EQ(info->rnrRetry, 7);
+    EXPECT_EQ(info->sgidIndex, 1) << "the IPv4-mapped RoCE v2 GID of the default port";
+  }
+}
+
+TEST(IbFake, MessagesArriveAndEverythingIsReleasedOnClose) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  for (size_t n : {size_t(0), size_t(1), size_t(4097), size_t(65536)}) {
+    for (size_t i = 0; i < n; ++i) f.src[i] = char(i * 3 + n);
+    net::Request* rr = f.postRecv(f.dst.size());
+    net::Request* sr = f.postSend(n, uint32_t(n) | 0x80000000u);
+    ASSERT_NE(rr, nullptr);
+    ASSERT_NE(sr, nullptr);
+    bool done = false;
+    size_t got = 0;
+    uint32_t imm = 0;
+    ASSERT_TRUE(f.wait(sr, &done).ok());
+    Status s = f.wait(rr, &done, &got, &imm);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(got, n);
+    EXPECT_EQ(imm, uint32_t(n) | 0x80000000u);
+    EXPECT_EQ(std::memcmp(f.src.data(), f.dst.data(), n), 0);
+  }
+  f.close();
+  f.net.reset();
+  snccl::test::FakeCounts c = f.fabric.counts();
+  EXPECT_EQ(c.qps, 0);
+  EXPECT_EQ(c.cqs, 0);
+  EXPECT_EQ(c.mrs, 0);
+  EXPECT_EQ(c.pds, 0);
+  EXPECT_EQ(c.contexts, 0);
+  EXPECT_TRUE(f.fabric.misuse().empty()) << f.fabric.misuse().front();
+}
+
+struct ErrorCase {
+  ibv_wc_status status;
+  const char* text;     // rdma-core's status string
+  ncclResult_t code;    // whose fault: the network/peer (remote) or this node (system)
+  const char* hint;
+};
+
+// An error completion of the data write fails the send with a message that names the
+// status, its number, the vendor error, the QP, the device and both GIDs; the receiver
+// is told out of band at once.
+TEST(IbFake, ErrorCompletionsAreNamedAndReachThePeer) {
+  const ErrorCase cases[] = {
+      {IBV_WC_RETRY_EXC_ERR, "transport retry counter exceeded", ncclRemoteError, "stopped acknowledging"},
+      {IBV_WC_RNR_RETRY_EXC_ERR, "RNR retry counter exceeded", ncclRemoteError, "no receive posted"},
+      {IBV_WC_REM_ACCESS_ERR, "remote access error", ncclRemoteError, "refused the write"},
+      {IBV_WC_LOC_PROT_ERR, "local protection error", ncclSystemError, "not registered"},
+  };
+  for (const ErrorCase& c : cases) {
+    SCOPED_TRACE(c.text);
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(f.open());
+    net::Request* rr = f.postRecv();
+    ibv_qp* qp = f.sendEp()->qps()[0];
+    f.fabric.failNextSend(qp->qp_num, c.status, 0x81);
+    net::Request* sr = f.postSend();
+    ASSERT_NE(sr, nullptr);
+    bool done = false;
+    Status s = f.wait(sr, &done);
+    ASSERT_FALSE(s.ok()) << "the send completed";
+    const std::string& m = s.message();
+    EXPECT_EQ(s.code(), c.code) << m;
+    char qpText[32];
+    std::snprintf(qpText, sizeof qpText, "QP 0x%x", qp->qp_num);
+    for (std::string want : {std::string(c.text), "(" + std::to_string(int(c.status)) + ")",
+                             std::string("vendor error 0x81"), std::string(qpText), std::string("fake0:1"),
+                             std::string("::ffff:10.0.0.1"), std::string(c.hint)})
+      EXPECT_TRUE(contains(m, want)) << "lacks '" << want << "': " << m;
+    // A second look returns the same first error, not the flushes that follow it.
+    EXPECT_EQ(f.net->test(sr, &done, nullptr, nullptr).message(), m);
+    Status rs = f.wait(rr, &done, nullptr, nullptr, 5);
+    ASSERT_FALSE(rs.ok()) << "the receiver was not told";
+    EXPECT_TRUE(contains(rs.message(), "reported a failure")) << rs.message();
+    EXPECT_EQ(f.net->peerAbortCode(f.recv) & 0xff, uint32_t(c.code));
+  }
+}
+
+// Completions nobody asked for fail the comm loudly instead of completing something.
+TEST(IbFake, ACompletionForNoRequestFailsTheComm) {
+  {
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(f.open());
+    net::Request* rr = f.postRecv();
+    ibv_wc wc{};
+    wc.status = IBV_WC_SUCCESS;
+    wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+    wc.wc_flags = IBV_WC_WITH_IMM;
+    wc.qp_num = f.recvEp()->qps()[0]->qp_num;
+    wc.wr_id = uint64_t(4) << 56;  // one of the zero-length receives
+    wc.imm_data = htonl(ib::packImm(7));  // slot 7: no receive posted there
+    f.fabric.injectCompletion(f.recvEp()->cq(), wc);
+    bool done = false;
+    Status s = f.wait(rr, &done);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(contains(s.message(), "matches no posted receive")) << s.message();
+    EXPECT_EQ(s.code(), ncclInternalError);
+  }
+  {
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(f.open());
+    net::Request* rr = f.postRecv();
+    net::Request* sr = f.postSend();
+    ASSERT_NE(sr, nullptr);
+    ibv_wc wc{};
+    wc.status = IBV_WC_SUCCESS;
+    wc.opcode = IBV_WC_RDMA_WRITE;
+    wc.qp_num = f.sendEp()->qps()[0]->qp_num;
+    wc.wr_id = (uint64_t(1) << 56) | (uint64_t(9) << 16);  // a data write of slot 9: never posted
+    f.fabric.injectCompletion(f.sendEp()->cq(), wc);
+    bool done = false;
+    Status s = f.wait(sr, &done);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(contains(s.message(), "matches no request in flight")) << s.message();
+    (void)rr;
+  }
+}
+
+// Asynchronous events reach the connections they concern through the device's event
+// thread: a fatal QP event, a port going down, a device-fatal error. Each is acknowledged.
+TEST(IbFake, AsyncEventsFailTheirConnections) {
+  struct Case {
+    const char* what;
+    const char* want;
+    ncclResult_t code;
+  };
+  for (const Case& c : {Case{"qp", "asynchronous event", ncclRemoteError}, Case{"port", "is down", ncclSystemError},
+                        Case{"device", "fatal error", ncclSystemError}}) {
+    SCOPED_TRACE(c.what);
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(f.open());
+    net::Request* rr = f.postRecv();
+    ibv_qp* qp = f.recvEp()->qps()[0];
+    if (std::string(c.what) == "qp") f.fabric.injectAsyncEvent(qp->context, IBV_EVENT_QP_FATAL, qp);
+    if (std::string(c.what) == "port") f.fabric.setPortState("fake0", 1, IBV_PORT_DOWN);
+    if (std::string(c.what) == "device") f.fabric.injectAsyncEvent(qp->context, IBV_EVENT_DEVICE_FATAL, 1);
+    bool done = false;
+    Status s = f.wait(rr, &done);
+    ASSERT_FALSE(s.ok()) << "the receive survived the event";
+    EXPECT_TRUE(contains(s.message(), c.want)) << s.message();
+    EXPECT_EQ(s.code(), c.code) << s.message();
+    EXPECT_TRUE(contains(s.message(), "fake0")) << s.message();
+    f.close();
+    f.net.reset();  // joins the event thread: every event it took is acknowledged by then
+    snccl::test::FakeCounts n = f.fabric.counts();
+    EXPECT_EQ(n.asyncEventsTaken, n.asyncEventsAcked);
+    EXPECT_GE(n.asyncEventsTaken, 1);
+  }
+}
+
+// A peer whose queue pairs vanish (its process died without a goodbye reaching us):
+// the sender's write fails with the retry error instead of hanging.
+TEST(IbFake, VanishedPeerQpFailsTheNextWrite) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  net::Request* rr = f.postRecv();
+  (void)rr;
+  for (ibv_qp* qp : f.recvEp()->qps()) f.fabric.killQp(qp->qp_num);
+  net::Request* sr = f.postSend();
+  ASSERT_NE(sr, nullptr);
+  bool done = false;
+  Status s = f.wait(sr, &done);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(contains(s.message(), "transport retry counter exceeded")) << s.message();
+}
+
+}  // namespace
