@@ -74,8 +74,9 @@ void printNets() {
   }
   if (ports.value().empty()) std::printf("none: libibverbs finds no RDMA device\n");
   for (const net::ib::PortReport& p : ports.value()) {
-    std::printf("%s:%d %s %s, %d Mb/s, MTU %d, PCI %s, NUMA %d: %s\n", p.dev.c_str(), p.port, p.state.c_str(),
-                p.linkLayer.c_str(), p.speedMbps, p.mtu, p.pciPath.empty() ? "(none)" : p.pciPath.c_str(), p.numaNode,
+    std::printf("%s:%d %s %s%s%s, %d Mb/s, MTU %d, PCI %s, NUMA %d: %s\n", p.dev.c_str(), p.port, p.state.c_str(),
+                p.linkLayer.c_str(), p.netdev.empty() ? "" : " on ", p.netdev.c_str(), p.speedMbps, p.mtu,
+                p.pciPath.empty() ? "(none)" : p.pciPath.c_str(), p.numaNode,
                 p.used ? "used" : (!p.allowed ? "excluded by NCCL_IB_HCA" : "not used"));
     for (const auto& [e, readable] : p.gids)
       std::printf("    GID[%3d] %-40s %s\n", e.index, net::ib::gidString(e.raw).c_str(),

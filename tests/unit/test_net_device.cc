@@ -36,6 +36,16 @@ TEST(NetDevice, MatchesThePlannersNicByBusId) {
   EXPECT_EQ(pickNetDevice(kFourNics, NicHint{"0000:0c:00.", {}}, 3), 3) << "a prefix is no match: fallback";
 }
 
+// A RoCE device the topology knows only by its Ethernet interface (a software device
+// such as rxe, or hwloc without the RDMA device) is found through Properties::netdev.
+TEST(NetDevice, MatchesARoceDeviceByItsInterface) {
+  std::vector<Properties> devs = {dev("rxe0", ""), dev("rxe1", "")};
+  devs[0].netdev = "eth0";
+  devs[1].netdev = "eth1";
+  for (int channel = 0; channel < 4; ++channel) EXPECT_EQ(pickNetDevice(devs, NicHint{"", {"eth1"}}, channel), 1);
+  EXPECT_EQ(pickNetDevice(devs, NicHint{"", {"eth7"}}, 2), 0) << "no match: channel % devices";
+}
+
 TEST(NetDevice, WithoutTopologyChannelsSpreadOverDevices) {
   NicHint none;
   for (int channel = 0; channel < 9; ++channel) EXPECT_EQ(pickNetDevice(kFourNics, none, channel), channel % 4);

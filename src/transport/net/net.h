@@ -42,6 +42,9 @@ enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4 };
 struct Properties {
   std::string name;        // interface or HCA name
   std::string pciPath;
+  // RoCE: the Ethernet interface the port's traffic leaves through (its GID's), so that a
+  // topology that knows the interface but not the RDMA device still finds it. "" else.
+  std::string netdev;
   uint64_t guid = 0;
   int ptrSupport = kPtrHost;
   int speedMbps = 0;

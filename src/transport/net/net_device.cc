@@ -25,8 +25,9 @@ int pickNetDevice(std::span<const Properties> devs, const NicHint& hint, int cha
   if (!hint.empty()) {
     for (size_t d = 0; d < devs.size(); ++d) {
       const Properties& p = devs[d];
-      if (!p.name.empty() && std::find(hint.names.begin(), hint.names.end(), p.name) != hint.names.end())
-        return int(d);
+      for (const std::string* name : {&p.name, &p.netdev})
+        if (!name->empty() && std::find(hint.names.begin(), hint.names.end(), *name) != hint.names.end())
+          return int(d);
       if (!hint.busId.empty() && !p.pciPath.empty() && pathHasBusId(p.pciPath, hint.busId)) return int(d);
     }
   }

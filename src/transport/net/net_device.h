@@ -5,7 +5,8 @@
 // rank's NUMA node). The communicator hands that choice to the net transport as a NicHint
 // (what the topology knows of the NIC: its PCI bus id and its ports' names), and the
 // transport maps it to the plugin's device index by what getProperties reports: a device
-// whose name is one of the hint's names, or whose PCI path contains the hint's bus id.
+// whose name (or, for RoCE, whose Ethernet interface) is one of the hint's names, or
+// whose PCI path contains the hint's bus id.
 // Without a hint, or when no device matches, channels spread over the devices in turn
 // (device channel % ndev), so that the channels of a rank use every NIC.
 #pragma once

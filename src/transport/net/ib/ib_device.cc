@@ -268,6 +268,7 @@ Result<std::vector<IbPort>> discoverPorts(const Verbs* v, const HcaFilter& filte
                           (eth || pa.link_layer == IBV_LINK_LAYER_INFINIBAND || pa.link_layer == 0);
       Result<GidChoice> gid = chooseGid(table, pa.gid_tbl_len, eth, policy);
       rep.gidChoice = gid.ok() ? gid.value().reason : gid.status().message();
+      if (gid.ok() && eth && v->gidNetdev != nullptr) rep.netdev = v->gidNetdev(name, p, gid.value().index);
       if (usable && rep.allowed && gid.ok()) {
         if (!hca) {
           ibv_pd* pd = v->allocPd(ctx);
@@ -290,6 +291,7 @@ Result<std::vector<IbPort>> discoverPorts(const Verbs* v, const HcaFilter& filte
         port.gidReason = gid.value().reason;
         port.speedMbps = rep.speedMbps;
         port.pciPath = pci;
+        port.netdev = rep.netdev;
         port.numaNode = numa;
         port.guid = da.node_guid;
         SN_INFO(log::kNet | log::kInit, "NET/IB : %s:%d %s, %d Mb/s, GID %s", name, p, rep.linkLayer.c_str(),

@@ -90,6 +90,7 @@ struct IbPort {
   std::string gidReason;
   int speedMbps = 0;
   std::string pciPath;
+  std::string netdev;  // RoCE: the interface of the chosen GID
   int numaNode = -1;
   uint64_t guid = 0;
   std::string label() const;  // "rxe0:1"
@@ -104,6 +105,7 @@ struct PortReport {
   int speedMbps = 0;
   int mtu = 0;             // bytes
   std::string pciPath;
+  std::string netdev;      // RoCE: the interface of the chosen GID
   int numaNode = -1;
   std::vector<std::pair<GidEntry, bool>> gids;  // entry, whether its type was readable
   bool allowed = true;     // by NCCL_IB_HCA

@@ -119,6 +119,7 @@ class IbNet : public Net {
     *p = Properties{};
     p->name = port.hca->name();
     p->pciPath = port.pciPath;
+    p->netdev = port.netdev;
     p->guid = port.guid;
     p->ptrSupport = kPtrHost;
     p->speedMbps = port.speedMbps;

@@ -35,6 +35,13 @@ std::string sysfsPciPath(const char* dev) {
   return p.find("/pci") != std::string::npos ? p : "";
 }
 
+std::string sysfsGidNetdev(const char* dev, int port, int index) {
+  std::ifstream f(sysfsDevice(dev) + "/ports/" + std::to_string(port) + "/gid_attrs/ndevs/" + std::to_string(index));
+  std::string line;
+  if (!f || !std::getline(f, line)) return "";
+  return line;
+}
+
 int sysfsNumaNode(const char* dev) {
   std::ifstream f(sysfsDevice(dev) + "/device/numa_node");
   int node = -1;
@@ -100,6 +107,7 @@ Result<Verbs> loadVerbs() {
   v.readGidType = sysfsGidType;
   v.pciPath = sysfsPciPath;
   v.numaNode = sysfsNumaNode;
+  v.gidNetdev = sysfsGidNetdev;
   return v;  // the library stays loaded for the life of the process
 }
 

@@ -65,6 +65,9 @@ struct Verbs {
   // The device's PCI path (the resolved /sys/class/infiniband/<dev>/device link) and NUMA
   // node; "" and -1 when it has none (a software device such as rxe).
   std::string (*pciPath)(const char* dev);
+  // RoCE: the network interface behind a GID (gid_attrs/ndevs/<i>); "" when unknown.
+  // Optional (null: unknown).
+  std::string (*gidNetdev)(const char* dev, int port, int index);
   int (*numaNode)(const char* dev);
 };
 
