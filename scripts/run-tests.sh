@@ -19,6 +19,8 @@ echo "== verbs over Soft-RoCE (QEMU): the rdma-labelled tests, one VM test at a 
 rdma_log=$(mktemp)
 trap 'rm -f "$rdma_log"' EXIT
 ctest --test-dir "$ROOT/build" --output-on-failure -L rdma | tee "$rdma_log" || fail=1
+# ctest hides a skipped test's output: show why (rxe_vm.sh's "RXE-VM SKIP:" lines)
+grep -h '^RXE-VM SKIP' "$ROOT/build/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true
 
 echo "== ASan+UBSan build: unit, mr, mp and net tests"
 labels='^(unit|mr|mp|net)$'

@@ -10,7 +10,8 @@
 #   perftest_run.sh client PROGRAM [ARGS...]  the client side, to SNCCL_RXE_PEER_ADDR
 #                                             (pair mode, on the other guest)
 # perftest's client connects once and gives up when the server is not listening yet, so the
-# client here retries for up to PERFTEST_CONNECT_WAIT seconds (default 60). Each program run
+# client here retries for up to PERFTEST_CONNECT_WAIT seconds (default 60); in loop mode it
+# starts once the server's port is listening. Each program run
 # is bounded by PERFTEST_TIMEOUT seconds (default 120). Both sides must get the same ARGS.
 # Prints the client's output (in loop mode the server's too when either side failed); the
 # exit status is the first failing side's.
@@ -48,6 +49,13 @@ case $role in
   loop)
     timeout -k 5 "$run_timeout" "$program" "${opts[@]}" >"$tmp/server" 2>&1 &
     server=$!
+    # perftest's TCP port (-p, default 18515): the client starts once the server listens
+    port=18515
+    for ((i = 1; i <= $#; i++)); do [[ ${!i} == -p ]] && j=$((i + 1)) && port=${!j}; done
+    for ((i = 0; i < 10 * connect_wait; i++)); do
+      [[ -n $(ss -Htln "sport = :$port") ]] || ! kill -0 "$server" 2>/dev/null && break
+      sleep 0.1
+    done
     rc=0 src=0
     client "${SNCCL_RXE_ADDR:?not in an rxe_vm.sh guest}" || rc=$?
     # a client that never connected leaves the server waiting: end it

@@ -623,6 +623,7 @@ while (($#)); do
     -s) smp=${2:?-s needs a CPU count}; shift 2 ;;
     -q) quiet=1; shift ;;
     -v) verbose=1; shift ;;
+    -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) echo "rxe_vm.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -638,6 +639,7 @@ case $mode in
 esac
 [[ $mem =~ ^[0-9]*$ && $smp =~ ^[0-9]*$ ]] || die "-m and -s want numbers"
 grace=${SNCCL_RXE_PEER_GRACE:-30}
+[[ $grace =~ ^[0-9]+$ ]] || die "SNCCL_RXE_PEER_GRACE wants a number of seconds"
 deadline=$((SECONDS + limit))
 declare -A killed=() rc_seen=() qexit=() names=([a]=vm-a [b]=vm-b)
 [[ $mode == single ]] && names[a]=rxe-vm
