@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "transport/net/socket/socket_link.h"
 
 namespace snccl::net::ib {
 
@@ -86,6 +89,7 @@ Endpoint::~Endpoint() {
   if (cq_ != nullptr && unackedEvents_ > 0) v_->ackCqEvents(cq_, unackedEvents_);  // destroy waits for acks
   if (cq_ != nullptr) v_->destroyCq(cq_);
   if (channel_ != nullptr) v_->destroyCompChannel(channel_);
+  if (wakeFd_ >= 0) ::close(wakeFd_);
   if (regionMr_ != nullptr) port_->hca->releaseMr(regionMr_);
   std::free(region_);
 }
@@ -105,6 +109,11 @@ Status Endpoint::createResources(int nqps) {
         v_->destroyCompChannel(channel_);
         channel_ = nullptr;
       }
+    }
+    wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wakeFd_ < 0 && channel_ != nullptr) {
+      v_->destroyCompChannel(channel_);
+      channel_ = nullptr;
     }
   }
   // Outstanding completions: receiver kSlots credit writes + kSlots x nqps records;
@@ -294,11 +303,16 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
   // error is the cause and is kept. A flush seen first is itself a consequence (a fatal
   // event, a port going down, the peer's failure): give its news a moment to arrive, so
   // the error names the cause.
-  if (wc.status == IBV_WC_WR_FLUSH_ERR && failed_.ok()) {
+  // Any first error may be this node's own doing (a port or link going down makes the
+  // queue pairs fail with local or retry errors before the event says why): look for a
+  // local cause the same way.
+  if (wc.status != IBV_WC_SUCCESS && failed_.ok()) {
     for (int i = 0; i < 100 && failed_.ok(); ++i) {
       Status s = checkHealth();
-      if (s.ok()) s = checkControl(true);
+      if (s.ok() && i == 0) s = checkLink();
+      if (s.ok() && wc.status == IBV_WC_WR_FLUSH_ERR) s = checkControl(true);
       if (!s.ok()) return s;
+      if (wc.status != IBV_WC_WR_FLUSH_ERR && i >= 20) break;  // 20 ms for a local event
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
@@ -357,6 +371,12 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
 
 Status Endpoint::progress() {
   if (!failed_.ok()) return failed_;
+  if (wakeSet_) {
+    uint64_t n = 0;
+    ssize_t r = ::read(wakeFd_, &n, sizeof n);
+    (void)r;
+    wakeSet_ = false;
+  }
   for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pending_[i]));
   npending_ = 0;
   for (;;) {
@@ -386,6 +406,17 @@ Status Endpoint::checkHealth() {
   return OkStatus();
 }
 
+Status Endpoint::checkLink() {
+  // RoCE: the port follows its Ethernet interface, whose state is read fresh (one
+  // netlink query: only on the error path), since the port event may come later than
+  // the failures the link causes.
+  std::string local = port_->netdev.empty() ? "" : socknet::interfaceProblem(port_->netdev);
+  if (!local.empty())
+    return fail(SystemError("NET/IB: %s: port %s is down: this node's network link is down: %s; path %s",
+                            what_.c_str(), port_->label().c_str(), local.c_str(), pathDescription().c_str()));
+  return OkStatus();
+}
+
 Status Endpoint::checkControl(bool force) {
   const auto now = std::chrono::steady_clock::now();
   if (!force && now < nextCtlCheck_) return OkStatus();
@@ -398,8 +429,19 @@ Status Endpoint::checkControl(bool force) {
     bool outstanding = false;
     for (const IbRequest& r : reqs_) outstanding = outstanding || (r.live && !r.complete);
     if (k <= 0) {
+      const int err = k < 0 ? errno : 0;
       ctlClosed_ = true;
       if (peerBye_ && !outstanding) return OkStatus();
+      if (err != 0) {
+        // The control connection failed (reset, or TCP gave up: a cut link). Whose link?
+        std::string local = port_->netdev.empty() ? "" : socknet::interfaceProblem(port_->netdev);
+        if (!local.empty())
+          return fail(SystemError("NET/IB: %s: this node's network link is down: %s; path %s", what_.c_str(),
+                                  local.c_str(), pathDescription().c_str()));
+        return fail(RemoteError("NET/IB: %s: the control connection to the peer failed (%s)%s; path %s",
+                                what_.c_str(), std::strerror(err), outstanding ? " with operations in flight" : "",
+                                pathDescription().c_str()));
+      }
       return fail(RemoteError("NET/IB: %s: the peer closed the connection%s (process gone?); path %s", what_.c_str(),
                               outstanding ? " with operations in flight" : "", pathDescription().c_str()));
     }
@@ -565,7 +607,15 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
   int n = v_->pollCq(cq_, kPendingMax - npending_, pending_ + npending_);
   if (n < 0) return false;
   npending_ += n;
-  if (npending_ > 0) return false;
+  if (npending_ > 0) {
+    // Work is already here: a descriptor that is ready now, so the caller does not sleep
+    // (a "cannot tell" answer would cost it a timer tick).
+    uint64_t one = 1;
+    if (!wakeSet_ && ::write(wakeFd_, &one, sizeof one) != sizeof one) return false;
+    wakeSet_ = true;
+    fds->push_back(pollfd{wakeFd_, POLLIN, 0});
+    return true;
+  }
   fds->push_back(pollfd{channel_->fd, POLLIN, 0});
   fds->push_back(pollfd{ctl_.fd(), POLLIN, 0});
   return true;

@@ -75,6 +75,7 @@ class Endpoint {
   Status handleCompletion(const ibv_wc& wc);
   Status checkControl(bool force);
   Status checkHealth();  // events the device's thread recorded
+  Status checkLink();    // this node's Ethernet interface under the port (RoCE)
   Status fail(Status s);
   Status completionError(const ibv_wc& wc);
   int qpIndex(uint32_t qpn) const;
@@ -92,6 +93,8 @@ class Endpoint {
   unsigned unackedEvents_ = 0;
   ibv_wc pending_[kPendingMax];  // completions armWait found, handled by the next progress()
   int npending_ = 0;
+  int wakeFd_ = -1;              // an eventfd, ready while completions are pending
+  bool wakeSet_ = false;
   bool ctlClosed_ = false;       // the peer's end of the control socket is closed
 
   Region* region_ = nullptr;

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# rdma_compare.sh: snccl's IB net against perftest on the same Soft-RoCE path, in one
+# QEMU guest of tests/rdma/rxe_vm.sh (loopback RoCE on rxe0), measured in interleaved
+# rounds so that both see the same machine load; prints the median of each.
+#
+#   perf/rdma_compare.sh [-r ROUNDS] [-b BUILD_DIR]     (default 3 rounds, build/)
+#
+# Rows:
+#   ib_write_bw SIZE       perftest, one direction, average MB/s
+#   ib_write_bw -b SIZE    perftest, both directions at once, MB/s per direction
+#   sendrecv SIZE          sn_sendrecv_perf on 2 ranks (each sends SIZE to the other at
+#                          once, like -b): busbw in MB/s, buffers from malloc (through
+#                          the ring's registered slots) and registered (-R 1: in place)
+#   allreduce SIZE         sn_allreduce_perf on 2 ranks, busbw MB/s
+#   ib_write_lat 8         perftest, typical us;  sendrecv 8: sn_sendrecv_perf time, us
+# The guest's CPUs are emulated (TCG): absolute numbers are tens of MB/s and say nothing
+# about hardware; the ratios compare the two software paths on one device.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rounds=3 build=build
+if [ "${1:-}" = --guest ]; then
+  guest=1
+  shift
+fi
+while getopts "r:b:h" o; do
+  case $o in
+    r) rounds=$OPTARG ;;
+    b) build=$OPTARG ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
+  esac
+done
+
+if [ -z "${guest:-}" ]; then
+  export SNCCL_RXE_PASS_ENV="RDMA_ROUNDS RDMA_BUILD"
+  export RDMA_ROUNDS=$rounds RDMA_BUILD=$build
+  cd "$ROOT"
+  exec tests/rdma/rxe_vm.sh single -t 1500 -- "perf/rdma_compare.sh --guest -r $rounds -b $build"
+fi
+
+# ---- in the guest ----------------------------------------------------------------------
+PT=tests/rdma/perftest_run.sh
+out=/tmp/rdma_compare
+mkdir -p "$out"
+: >"$out/rows"
+row() { echo "$1 $2 $3" >>"$out/rows"; }
+
+perftest_bw() {  # SIZE [-b]
+  local v
+  v=$(PERFTEST_TIMEOUT=120 $PT loop ib_write_bw -s "$1" -n $((16777216 / $1 < 5 ? 5 : 16777216 / $1)) ${2:-} |
+      awk -v s="$1" '$1 == s {print $4}' | tail -1)
+  [ -n "$v" ] && row "ib_write_bw${2:+_bidir}" "$1" "$( [ -n "${2:-}" ] && awk -v v="$v" 'BEGIN{print v/2}' || echo "$v")"
+}
+
+snperf() {  # TOOL LABEL EXTRA_ARGS...
+  local tool=$1 label=$2
+  shift 2
+  local common=(-b 1M -e 4M -f 4 -n 8 -w 2 "$@")
+  env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
+    WORLD_SIZE=2 RANK=1 SNCCL_HOSTID=b "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r1" 2>&1 &
+  env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
+    WORLD_SIZE=2 RANK=0 SNCCL_HOSTID=a "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r0" 2>&1 || true
+  wait || true
+  # bytes / time (column 6, us) = MB/s: busbw for sendrecv and for allreduce on 2 ranks
+  # (the table's GB/s has too few digits at these rates)
+  awk -v l="$label" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 > 0 {printf "%s %s %.1f\n", l, $1, $1 / $6}' "$out/r0" >>"$out/rows"
+}
+
+snlat() {
+  env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29601 \
+    WORLD_SIZE=2 RANK=1 SNCCL_HOSTID=b "$build/perf/sn_sendrecv_perf" -b 8 -e 8 -n 200 -w 20 >"$out/r1" 2>&1 &
+  env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29601 \
+    WORLD_SIZE=2 RANK=0 SNCCL_HOSTID=a "$build/perf/sn_sendrecv_perf" -b 8 -e 8 -n 200 -w 20 >"$out/r0" 2>&1 || true
+  wait || true
+  awk '$1 == 8 && NF >= 9 {print "sendrecv_lat_us 8", $6}' "$out/r0" >>"$out/rows"
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  echo "round $r/$rounds" >&2
+  for s in 1048576 4194304; do
+    perftest_bw "$s"
+    perftest_bw "$s" -b
+  done
+  snperf sendrecv sendrecv_malloc
+  snperf sendrecv sendrecv_registered -R 1
+  snperf allreduce allreduce_malloc
+  v=$(PERFTEST_TIMEOUT=60 $PT loop ib_write_lat -s 8 -n 500 | awk '$1 == 8 {print $5}' | tail -1)
+  [ -n "$v" ] && row ib_write_lat_us 8 "$v"
+  snlat
+done
+
+echo "# median of $rounds interleaved rounds (MB/s per direction; latency in us)"
+python3 - "$out/rows" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    k, size, v = line.split()
+    rows.setdefault((k, int(size)), []).append(float(v))
+print(f"{'what':<22} {'bytes':>10} {'median':>10}  samples")
+for (k, size), vs in sorted(rows.items()):
+    print(f"{k:<22} {size:>10} {statistics.median(vs):>10.1f}  {' '.join(f'{v:g}' for v in vs)}")
+PY
