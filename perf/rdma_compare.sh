@@ -49,7 +49,7 @@ perftest_bw() {  # SIZE [-b]
   local v
   v=$(PERFTEST_TIMEOUT=120 $PT loop ib_write_bw -s "$1" -n $((16777216 / $1 < 5 ? 5 : 16777216 / $1)) ${2:-} |
       awk -v s="$1" '$1 == s {print $4}' | tail -1)
-  [ -n "$v" ] && row "ib_write_bw${2:+_bidir}" "$1" "$( [ -n "${2:-}" ] && awk -v v="$v" 'BEGIN{print v/2}' || echo "$v")"
+  [ -n "$v" ] && [ "${v%%.*}" != 0 ] && row "ib_write_bw${2:+_bidir}" "$1" "$( [ -n "${2:-}" ] && awk -v v="$v" 'BEGIN{print v/2}' || echo "$v")"
 }
 
 snperf() {  # TOOL LABEL EXTRA_ARGS...
