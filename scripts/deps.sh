@@ -7,7 +7,7 @@ REQUIRED=(cmake ninja-build g++ libgtest-dev libbenchmark-dev pkg-config)
 REQUIRED+=(python3 iproute2)  # tests: the perf tool runs, the network-namespace tests
 OPTIONAL=(libhwloc-dev openmpi-bin libopenmpi-dev)
 OPTIONAL+=(iperf3)  # perf/compare --cases netns: the TCP path's reference throughput
-OPTIONAL+=(libibverbs-dev)  # headers for the verbs transport
+OPTIONAL+=(libibverbs-dev)  # rdma-core headers: the IB net (without them it is not built)
 OPTIONAL+=(python3-torch libtorch-dev pybind11-dev python3-pytest)  # the PyTorch backend, its tests
 
 missing_packages() {

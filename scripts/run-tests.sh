@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All the tests: the release build in build/ runs every ctest, the rdma-labelled ones (verbs
-# over Soft-RoCE in QEMU guests, tests/rdma/rxe_vm.sh; about 1 minute) as a tier of their own
+# over Soft-RoCE in QEMU guests, tests/rdma/rxe_vm.sh; about 4 minutes) as a tier of their own
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
 # 1.5 minutes more than without). Tests fork processes and spin: at most -j2.

@@ -173,6 +173,26 @@ TEST(IbFake, MessagesArriveAndEverythingIsReleasedOnClose) {
   EXPECT_TRUE(f.fabric.misuse().empty()) << f.fabric.misuse().front();
 }
 
+// A range is registered once per device: a second registration it covers (from the
+// other comm too) shares it, and it is deregistered when the last one is released.
+TEST(IbFake, RegistrationsAreSharedAndReferenceCounted) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  const int base = f.fabric.counts().mrs;  // the two comms' regions and f's two buffers
+  std::vector<char> buf(1 << 20);
+  net::MemHandle *a = nullptr, *b = nullptr, *c = nullptr;
+  ASSERT_TRUE(f.net->regMr(f.send, buf.data(), buf.size(), net::kPtrHost, &a).ok());
+  ASSERT_TRUE(f.net->regMr(f.recv, buf.data() + 4096, 8192, net::kPtrHost, &b).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base + 1) << "a covered range was registered again";
+  ASSERT_TRUE(f.net->regMr(f.send, buf.data() + buf.size() - 10, 4096, net::kPtrHost, &c).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base + 2) << "a range past the end needs its own registration";
+  ASSERT_TRUE(f.net->deregMr(f.send, a).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base + 2) << "still referenced by b";
+  ASSERT_TRUE(f.net->deregMr(f.recv, b).ok());
+  ASSERT_TRUE(f.net->deregMr(f.send, c).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base);
+}
+
 struct ErrorCase {
   ibv_wc_status status;
   const char* text;     // rdma-core's status string

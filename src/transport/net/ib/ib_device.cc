@@ -81,16 +81,16 @@ Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len) {
   uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + (len == 0 ? 1 : len) + kPage - 1) & ~(kPage - 1);
   std::lock_guard<std::mutex> lock(mrMu_);
-  // The registration with the greatest start <= start is the only one that can cover it
-  // (registrations may overlap; a covering one is reused, never merged).
-  auto it = regs_.upper_bound(start);
-  while (it != regs_.begin()) {
+  // Any registration that starts at or below `start` may cover the range (they can
+  // overlap: a covering one is reused, never merged). Registrations are few (a ring's
+  // slots per connection, the user's registered buffers): a scan is cheap, and regMr
+  // is not on the data path.
+  for (auto it = regs_.upper_bound(start); it != regs_.begin();) {
     --it;
     if (it->second.end >= end) {
       ++it->second.refs;
       return it->second.mr;
     }
-    if (it->first + (uintptr_t(1) << 40) < start) break;  // too far below to cover
   }
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   ibv_mr* mr = nullptr;
