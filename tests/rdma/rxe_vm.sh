@@ -26,7 +26,8 @@
 #
 # Each COMMAND runs under `bash -c`, as root, chrooted into the host root (read-only), with
 # stdin from /dev/null and cwd = the caller's cwd. Writable: /tmp, /var/tmp, /run, /dev/shm
-# (tmpfs, fresh per guest) and HOME=/tmp/home. `ulimit -l unlimited` is in effect (verbs
+# (tmpfs, fresh per guest; the repository and the cwd stay visible, read-only, when they lie
+# below one of them) and HOME=/tmp/home. `ulimit -l unlimited` is in effect (verbs
 # memory registration pins memory). /etc/hosts names rxe-vm, vm-a and vm-b. Environment:
 #   all modes: SNCCL_RXE_DEV=rxe0, SNCCL_RXE_ADDR (own address), SNCCL_RXE_IFNAME (dummy0 or
 #     eth0), SNCCL_RXE_GID_INDEX (index of rxe0's RoCE v2 IPv4-mapped GID, normally 1),
@@ -229,12 +230,17 @@ done </mods/order
 H=/host
 opts=trans=virtio,version=9p2000.L,msize=@MSIZE@
 if mount -t 9p -o "$opts,ro,cache=loose" hostroot $H && mount -t 9p -o "$opts" snrun /snrun; then
-  # the caller's cwd stays visible when it lies below one of the tmpfs mount points
-  cwd=$(cat /snrun/cwd)
-  keep=
-  case $cwd in
-    /tmp/?*|/var/tmp/?*|/run/?*|/dev/shm/?*) mount -o bind "$H$cwd" /keep && keep=1 ;;
-  esac
+  # The repository and the caller's cwd stay visible when they lie below one of the
+  # tmpfs mount points (a checkout in /tmp): bound aside first, back after the tmpfs.
+  kept=
+  i=0
+  while read -r dir; do
+    case $dir in
+      /tmp/?*|/var/tmp/?*|/run/?*|/dev/shm/?*)
+        i=$((i + 1))
+        mkdir -p "/keep$i" && mount -o bind "$H$dir" "/keep$i" && kept="$kept $i:$dir" ;;
+    esac
+  done </snrun/keep
   mount -t proc proc $H/proc
   mount -t sysfs sysfs $H/sys
   mount -t devtmpfs devtmpfs $H/dev
@@ -246,7 +252,7 @@ if mount -t 9p -o "$opts,ro,cache=loose" hostroot $H && mount -t 9p -o "$opts" s
   mount -t tmpfs -o mode=755 run $H/run
   mkdir -p $H/run/snccl-rxe
   mount -o bind /snrun $H/run/snccl-rxe
-  if [ -n "$keep" ]; then mkdir -p "$H$cwd" && mount -o bind /keep "$H$cwd"; fi
+  for k in $kept; do mkdir -p "$H${k#*:}" && mount -o bind "/keep${k%%:*}" "$H${k#*:}"; done
   chroot $H /bin/bash /run/snccl-rxe/guest.sh "$role"
 else
   echo "rxe-vm init: cannot mount the 9p shares"
@@ -399,6 +405,7 @@ write_run_dir() {
   local name
   printf '%s\n' "$GUEST" >"$RUN/guest.sh"
   printf '%s\n' "$PWD" >"$RUN/cwd"
+  printf '%s\n' "$ROOT" "$PWD" >"$RUN/keep"  # bound into the guest if below a tmpfs point
   printf '%s\n' '127.0.0.1 localhost' '::1 localhost ip6-localhost ip6-loopback' \
     '10.99.0.1 rxe-vm' '10.98.0.1 vm-a' '10.98.0.2 vm-b' >"$RUN/hosts"
   : >"$RUN/pass.env"
