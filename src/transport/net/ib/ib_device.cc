@@ -140,8 +140,7 @@ size_t Hca::liveMrs() const {
 
 bool Hca::portUp(int port) const { return (portDown_.load(std::memory_order_acquire) & (1u << port)) == 0; }
 
-void Hca::startEvents(const std::vector<int>& ports) {
-  (void)ports;
+void Hca::startEvents() {
   stopFd_ = ::eventfd(0, EFD_CLOEXEC);
   if (stopFd_ < 0) {
     SN_WARN("NET/IB : %s: no event thread (eventfd: %s); port and QP failures are seen only through completions",
@@ -230,7 +229,6 @@ Result<std::vector<IbPort>> discoverPorts(const Verbs* v, const HcaFilter& filte
       continue;
     }
     std::shared_ptr<Hca> hca;
-    std::vector<int> used;
     const std::string pci = v->pciPath(name);
     const int numa = v->numaNode(name);
     for (int p = 1; p <= da.phys_port_cnt; ++p) {
@@ -297,7 +295,6 @@ Result<std::vector<IbPort>> discoverPorts(const Verbs* v, const HcaFilter& filte
         SN_INFO(log::kNet | log::kInit, "NET/IB : %s:%d %s, %d Mb/s, GID %s", name, p, rep.linkLayer.c_str(),
                 rep.speedMbps, port.gidReason.c_str());
         ports.push_back(std::move(port));
-        used.push_back(p);
         rep.used = true;
       } else if (usable && rep.allowed && firstError.ok()) {
         firstError = Status(gid.status()).addContext(std::string("NET/IB: ") + name + ":" + std::to_string(p));
@@ -305,7 +302,7 @@ Result<std::vector<IbPort>> discoverPorts(const Verbs* v, const HcaFilter& filte
       if (report != nullptr) report->push_back(rep);
     }
     if (hca) {
-      hca->startEvents(used);
+      hca->startEvents();
     } else {
       v->closeDevice(ctx);
     }

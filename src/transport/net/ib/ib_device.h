@@ -51,8 +51,8 @@ class Hca {
   bool portUp(int port) const;
   bool fatal() const { return fatal_.load(std::memory_order_acquire); }
 
-  // Starts the event thread (after the ports are known).
-  void startEvents(const std::vector<int>& ports);
+  // Starts the event thread (once the device's ports are known).
+  void startEvents();
 
  private:
   void eventLoop();
