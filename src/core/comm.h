@@ -147,6 +147,9 @@ struct CommConnections {
   // Some receive connection takes plans (Connection::planRecvs: the net's); until then the
   // executor skips planning, which costs a lookup per connection and operation.
   std::atomic<bool> plansRecvs{false};
+  // Channel 0 to and from the peers of the argument agreement of rooted collectives
+  // (core/call_agreement.h) exists; belongs to the thread that executes the operations.
+  bool agreementConnected = false;
 
   // Sizes the table for nranks ranks (at init, before any connection exists).
   void resize(int nranks) {

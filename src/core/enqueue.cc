@@ -195,6 +195,7 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   e->count = p.count;
   e->root = isRooted(p.coll) ? p.root : -1;
   e->userOp = isReduction(p.coll) ? p.op : ncclSum;
+  e->agree = isRooted(p.coll) && comm->nranks > 1;
   e->seq = comm->ordering.collSeq++;
   e->sig = makeSignature(e->seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
                          std::max(e->root, 0), p.count);

@@ -60,6 +60,7 @@ bool CommRunner::needsConnect() const {
   for (size_t i = 0; i < nops_; ++i) {
     if (!ops_[i].prep->connected.load(std::memory_order_acquire)) return true;
     if (ops_[i].mapped && !comm_->singleCopy.connected) return true;
+    if (ops_[i].agree && !comm_->conns.agreementConnected) return true;
   }
   return false;
 }
@@ -73,6 +74,12 @@ Status CommRunner::connect() {
         if (p != comm_->rank) all.push_back({p, 0});
       SNCCL_TRY(commConnect(comm_, all, all));
       comm_->singleCopy.connected = true;
+    }
+    if (ops_[i].agree && !comm_->conns.agreementConnected) {
+      std::vector<ConnKey> sends, recvs;
+      agreementPeers(comm_->rank, comm_->nranks, &sends, &recvs);
+      SNCCL_TRY(commConnect(comm_, sends, recvs));
+      comm_->conns.agreementConnected = true;
     }
     const PreparedSchedule& p = *ops_[i].prep;
     if (p.connected.load(std::memory_order_acquire)) continue;
@@ -193,10 +200,19 @@ Result<bool> CommRunner::progress() {
       claimsMade_ = false;
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
-      if (comm_->conns.plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
+      startAgreement(op);
+      // Plans count the op's messages on each ring: after the agreement's, which come first.
+      if (agree_.done && comm_->conns.plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
     }
     if (!claimsMade_) claimDriven(op);
     blockedConn_ = nullptr;
+    if (!agree_.done) {
+      Result<bool> r = progressAgreement(op);
+      if (!r.ok()) return r.status();
+      if (!r.value()) return false;
+      agree_.done = true;
+      if (comm_->conns.plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
+    }
     if (!mapped_.fallback) {
       Result<bool> r = progressMapped(op);
       if (!r.ok()) return r.status();

@@ -18,6 +18,7 @@
 #include "collectives/kernels/reduce.h"
 #include "collectives/schedule.h"
 #include "common/status.h"
+#include "core/call_agreement.h"
 #include "core/comm.h"
 #include "core/engine/cpu_engine.h"
 #include "core/scratch_pool.h"
@@ -54,6 +55,9 @@ struct ExecOp {
   // choice without it) run only when some rank cannot map a peer's buffers.
   bool mapped = false;
   std::shared_ptr<const PreparedSchedule> mappedPrep;  // set when mapped
+  // A rooted collective: the ranks check that they passed the same call before its data
+  // moves (core/call_agreement.h).
+  bool agree = false;
   // The collective request `prep` was chosen for (before the selector set its chunk
   // size), so that an ExecOp reused for the same call again skips selection and the
   // schedule cache's lock. requestElemSize 0: none yet.
@@ -129,6 +133,11 @@ class CommRunner {
   template <typename Take>
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);
+  // The argument agreement of a rooted collective (call_agreement.cc): startAgreement when
+  // the op starts, then progressAgreement until it returns true (every rank passed the
+  // same call) or fails the op (some did not).
+  void startAgreement(const ExecOp& op);
+  Result<bool> progressAgreement(const ExecOp& op);
   Status checkBlocked();
   // When an op starts: names the op's memory as the landing place of the messages that
   // ZeroCopyInfo::recvTargets lists, on net rings that take it (Connection::planRecvs).
@@ -176,6 +185,7 @@ class CommRunner {
       out.clear();
     }
   } mapped_;
+  CallAgreement agree_;
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
   std::vector<void*> foldOuts_;  // the outputs its last combine writes, this rank's first
   bool claimsMade_ = false;          // the current op's rings are in driven_

@@ -48,9 +48,13 @@ enum MappedPhase { kDescribe, kReadDescs, kVerdict, kReadVerdicts, kFold, kReadD
 
 // One rank's buffers as one peer must find them: addresses for a peer in the same
 // process, memory-file references for the others. Fits an inline message.
+// The count is the rank's own, exactly: the signature carries only a hash of it, and a
+// peer's buffers are mapped and written for this rank's count, so the ranks must have
+// passed the same one.
 struct Desc {
   uint64_t inIno, inOff, outIno, outOff;  // ino 0 with fd -1: the offset is an address
   int32_t inFd, outFd;                    // ino 0 with fd -2: not readable by that peer
+  uint64_t count;
 };
 static_assert(sizeof(Desc) <= kInlineBytes, "a description travels inline");
 
@@ -200,10 +204,10 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
           Desc d{};
           if (sameProcess(comm_, peer)) {
             d = Desc{0, uint64_t(reinterpret_cast<uintptr_t>(myIn)), 0, uint64_t(reinterpret_cast<uintptr_t>(myOut)),
-                     kAddress, kAddress};
+                     kAddress, kAddress, op.count};
           } else {
             d = Desc{in.ino, in.offset, out.ino, out.offset, in.ino != 0 ? in.fd : kUnreadable,
-                     out.ino != 0 ? out.fd : kUnreadable};
+                     out.ino != 0 ? out.fd : kUnreadable, op.count};
           }
           std::memcpy(slot, &d, sizeof d);
         };
@@ -215,6 +219,11 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
         auto take = [&](int peer, const char* slot) -> Status {
           Desc d;
           std::memcpy(&d, slot, sizeof d);
+          // Before any of the peer's memory is resolved: every rank receives every rank's
+          // description, so every rank fails here, and nobody maps or writes a buffer.
+          if (d.count != op.count)
+            return InvalidUsage("%s: rank %d passed count %llu, rank %d count %zu: the ranks passed different counts",
+                                op.describe().c_str(), peer, (unsigned long long)d.count, me, op.count);
           auto resolve = [&](uint64_t ino, uint64_t off, int32_t fd) -> char* {
             if (fd == kAddress) return reinterpret_cast<char*>(uintptr_t(off));
             if (fd == kUnreadable) {

@@ -4,6 +4,8 @@
 //
 // Layout: bit 63 set | seq (24) | coll (4) | dtype (4) | op (8) | root (8) | count hash (15).
 // Point-to-point messages carry 0 (their order is per peer, not per communicator).
+// The root field and the count hash can collide; where that could pass a mismatch, the
+// arguments are compared exactly (core/call_agreement.h, core/mapped_allreduce.cc).
 // Net plugins carry a 32-bit digest of it instead (common/signature_digest.h): a message
 // received over them has its signature in digest form, which signatureMatches() accepts.
 #pragma once

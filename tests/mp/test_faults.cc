@@ -355,6 +355,118 @@ TEST(Faults, DifferentCollectivesAreInvalidUsage) { checkMismatch(Mismatch::kCol
 TEST(Faults, DifferentCountsAreInvalidUsage) { checkMismatch(Mismatch::kCount, "count", "AllReduce"); }
 TEST(Faults, DifferentDatatypesAreInvalidUsage) { checkMismatch(Mismatch::kDatatype, "float", "int32"); }
 
+// Mismatches the message signatures alone cannot catch in the call: ranks that pass
+// different roots to a rooted collective (a rank that believes it is the root of a
+// Broadcast receives nothing; the Reduce roots wait for messages nobody sends), and
+// counts whose 15-bit hash in the signature collides (65621 and 65770) on the
+// single-copy AllReduce, where a rank writes straight into its peers' outputs. Each must
+// fail the call on every rank with ncclInvalidUsage naming what differs, leave the bytes
+// after each rank's output alone, and never report success.
+enum class Rooted { kBroadcastRoot, kReduceRoot, kCountCollision };
+
+struct RootedCase {
+  Rooted kind;
+  int n;
+  bool memAlloc;  // buffers from ncclMemAlloc (the single copy maps them), else malloc
+};
+
+constexpr size_t kCollideSmall = 65621, kCollideLarge = 65770;  // equal 15-bit count hash
+constexpr size_t kGuardElems = 4096;                             // past each rank's count
+
+void rootedRank(int rank, Shared* sh, const RootedCase& c) {
+  ncclComm_t comm = initRank(sh, rank, c.n);
+  if (comm == nullptr) return;
+  const size_t count = c.kind == Rooted::kCountCollision ? (rank == 1 ? kCollideLarge : kCollideSmall) : 5000;
+  const size_t elems = kCollideLarge + kGuardElems;
+  void* in = nullptr;
+  void* out = nullptr;
+  if (c.memAlloc) {
+    if (ncclMemAlloc(&in, elems * 4) != ncclSuccess || ncclMemAlloc(&out, elems * 4) != ncclSuccess) {
+      record(sh, rank, ncclSystemError);
+      return;
+    }
+  } else {
+    in = std::malloc(elems * 4);
+    out = std::malloc(elems * 4);
+  }
+  auto* fin = static_cast<float*>(in);
+  auto* fout = static_cast<float*>(out);
+  for (size_t i = 0; i < elems; ++i) fin[i] = float(rank + 1), fout[i] = -1.0f;
+  ncclResult_t res = ncclAllReduce(in, out, 1000, ncclFloat, ncclSum, comm, nullptr);  // connections exist
+  for (size_t i = 0; i < elems; ++i) fout[i] = -1.0f;
+  sh->tEvent = nowSec();
+  if (res != ncclSuccess) {
+    record(sh, rank, res);
+  } else if (c.kind == Rooted::kCountCollision) {
+    res = ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
+  } else {
+    // Ranks 0 and 1 agree on root 0; the last rank names itself (at 2 ranks: both roots).
+    const int root = rank == c.n - 1 ? rank : 0;
+    res = c.kind == Rooted::kBroadcastRoot ? ncclBroadcast(in, out, count, ncclFloat, root, comm, nullptr)
+                                           : ncclReduce(in, out, count, ncclFloat, ncclSum, root, comm, nullptr);
+  }
+  record(sh, rank, res);
+  size_t touched = 0;
+  for (size_t i = count; i < elems; ++i) touched += fout[i] != -1.0f;
+  sh->r[rank].iters = int(touched);  // elements written past this rank's count
+  ncclCommAbort(comm);
+  if (c.memAlloc) {
+    ncclMemFree(in);
+    ncclMemFree(out);
+  } else {
+    std::free(in);
+    std::free(out);
+  }
+}
+
+std::string rootedText(const RootedCase& c) {
+  static const char* kKind[] = {"BroadcastRoot", "ReduceRoot", "CountCollision"};
+  return std::string(kKind[int(c.kind)]) + "_" + std::to_string(c.n) + "_" + (c.memAlloc ? "memalloc" : "malloc");
+}
+void PrintTo(const RootedCase& c, std::ostream* os) { *os << rootedText(c); }
+
+class RootedMismatch : public ::testing::TestWithParam<RootedCase> {};
+
+TEST_P(RootedMismatch, FailsEveryRankNamingIt) {
+  const RootedCase c = GetParam();
+  sntest::Watchdog dog(120, "rooted mismatch scenario");
+  std::vector<std::pair<std::string, std::string>> env = {{"SNCCL_TIMEOUT", "20"}};
+  if (c.kind == Rooted::kCountCollision) {
+    env.push_back({"SNCCL_SINGLE_COPY_BYTES", "4"});
+    env.push_back({"NCCL_ALGO", "single"});
+  }
+  Shared* sh = runScenario(c.n, env, [&](int r, Shared* s) { rootedRank(r, s, c); });
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, c.n);
+  const char* what = c.kind == Rooted::kCountCollision ? "count" : "root";
+  for (int r = 0; r < c.n; ++r) {
+    const RankResult& x = sh->r[r];
+    EXPECT_NE(x.code, ncclSuccess) << "rank " << r << "\n" << all;
+    EXPECT_EQ(x.iters, 0) << "rank " << r << ": elements written past its count\n" << all;
+    EXPECT_EQ(x.code, ncclInvalidUsage) << "rank " << r << "\n" << all;
+    EXPECT_TRUE(Mentions(x.msg, what)) << "rank " << r << " does not name the " << what << "\n" << all;
+  }
+  std::printf("%s", all.c_str());
+  mp::freeShared(sh);
+}
+
+std::string rootedName(const ::testing::TestParamInfo<RootedCase>& info) { return rootedText(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Faults, RootedMismatch,
+                         ::testing::Values(RootedCase{Rooted::kBroadcastRoot, 2, false},
+                                           RootedCase{Rooted::kBroadcastRoot, 3, false},
+                                           RootedCase{Rooted::kBroadcastRoot, 2, true},
+                                           RootedCase{Rooted::kBroadcastRoot, 3, true},
+                                           RootedCase{Rooted::kReduceRoot, 2, false},
+                                           RootedCase{Rooted::kReduceRoot, 3, false},
+                                           RootedCase{Rooted::kReduceRoot, 2, true},
+                                           RootedCase{Rooted::kReduceRoot, 3, true},
+                                           RootedCase{Rooted::kCountCollision, 2, false},
+                                           RootedCase{Rooted::kCountCollision, 3, false},
+                                           RootedCase{Rooted::kCountCollision, 2, true},
+                                           RootedCase{Rooted::kCountCollision, 3, true}),
+                         rootedName);
+
 // SNCCL_SINGLE_COPY_BYTES decides per call whether the ranks of one node run the
 // single-copy protocol or the rings, so it must agree: a rank with another value fails
 // every rank's init with a message naming the variable, instead of a size mismatch in
