@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,11 @@ SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
   Status st = checkComm(comm, false);
   if (st.ok() && (handle == nullptr || (buff == nullptr && size > 0)))
     st = InvalidArgument("handle is NULL or buff is NULL");
+  // The registration cache and the net plugins take buff + size and round it up to a
+  // page: that must not wrap around the address space.
+  constexpr size_t kPageSlack = size_t(1) << 16;  // the largest page a plugin rounds to
+  if (st.ok() && size > UINTPTR_MAX - kPageSlack - reinterpret_cast<uintptr_t>(buff))
+    st = InvalidArgument("buff %p + size %zu lies past the end of the address space", buff, size);
   if (!st.ok()) return apiResult(st, "ncclCommRegister");
   *handle = comm->regs.add(buff, size);
   return ncclSuccess;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <map>
 #include <mutex>
 
@@ -38,8 +39,15 @@ size_t pageBytes() { return size_t(sysconf(_SC_PAGESIZE)); }
 
 }  // namespace
 
+// The largest size allocate() accepts: its pages plus the guard page must fit an off_t
+// (the memory file's size) without wrapping. Larger sizes cannot be mapped anyway.
+size_t maxAllocBytes() { return (size_t(PTRDIFF_MAX) / pageBytes() - 1) * pageBytes(); }
+
 Result<void*> allocate(size_t size) {
   const size_t page = pageBytes();
+  if (size > maxAllocBytes())
+    return ErrnoError(ENOMEM, "cannot allocate %zu bytes: more than the largest mapping (%zu bytes)", size,
+                      maxAllocBytes());
   // One page in front of the user's pointer: a pointer to the mapping's start was never
   // returned, so freeing one is caught.
   const size_t bytes = page + (size + page - 1) / page * page;
@@ -94,7 +102,7 @@ FileRef find(const void* p, size_t bytes) {
   --it;
   const char* start = it->first;
   const size_t userBytes = it->second.mapBytes - page;
-  if (c < start || c + bytes > start + userBytes) return {};
+  if (c < start || size_t(c - start) > userBytes || bytes > userBytes - size_t(c - start)) return {};
   return FileRef{it->second.fd, it->second.ino, uint64_t(c - start) + page};
 }
 

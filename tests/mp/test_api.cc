@@ -338,6 +338,53 @@ TEST(Api, MemFreeTwiceIsRejected) {
   EXPECT_EQ(rc, 0) << "second ncclMemFree of the same pointer: " << how;
 }
 
+// Sizes within a page of SIZE_MAX cannot be rounded up to whole pages: ncclMemAlloc must
+// fail them rather than return a pointer to a mapping of the wrapped-around size (a
+// write through it would crash, so the check runs in a child).
+TEST(Api, MemAllocOfSizesNearSizeMaxFails) {
+  std::string how;
+  int rc = mp::runChild(
+      [] {
+        const size_t page = size_t(sysconf(_SC_PAGESIZE));
+        for (size_t k : {size_t(0), size_t(1), page / 2, page - 1, page, 2 * page, size_t(1) << 20}) {
+          void* p = nullptr;
+          const size_t size = SIZE_MAX - k;
+          if (ncclMemAlloc(&p, size) == ncclSuccess) {
+            std::fprintf(stderr, "ncclMemAlloc(SIZE_MAX - %zu) succeeded: %p\n", k, p);
+            return 1;
+          }
+        }
+        void* p = nullptr;
+        if (ncclMemAlloc(&p, SIZE_MAX / 2 + 1) == ncclSuccess) return 2;
+        if (ncclMemAlloc(&p, 4096) != ncclSuccess) return 3;  // still usable
+        return ncclMemFree(p) == ncclSuccess ? 0 : 4;
+      },
+      30, &how);
+  EXPECT_EQ(rc, 0) << how;
+}
+
+// A registration whose end lies past the address space is refused (the registration
+// cache and the net plugins compute buff + size and round it up to pages).
+TEST(Api, RegisterOfWrappingRangeFails) {
+  std::string how;
+  int rc = mp::runChild(
+      [] {
+        ncclComm_t comm = nullptr;
+        if (ncclCommInitAll(&comm, 1, nullptr) != ncclSuccess) return 2;
+        std::vector<char> buf(4096);
+        void* h = nullptr;
+        int bad = 0;
+        for (size_t k : {size_t(0), size_t(1), size_t(4095)})
+          bad += ncclCommRegister(comm, buf.data(), SIZE_MAX - k, &h) != ncclInvalidArgument;
+        bad += ncclCommRegister(comm, buf.data(), SIZE_MAX - reinterpret_cast<uintptr_t>(buf.data()), &h) !=
+               ncclInvalidArgument;
+        ncclCommDestroy(comm);
+        return bad == 0 ? 0 : 1;
+      },
+      30, &how);
+  EXPECT_EQ(rc, 0) << how;
+}
+
 TEST(Api, RegisterDeregister) {
   const int n = 2;
   CommSet comms(n), others(1);
