@@ -59,9 +59,18 @@ SNCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nrank
 }
 
 // Ranks as threads of this process: one thread per rank joins the communicator.
+// ncclCommInitAll initialises each rank on a thread of its own (the ranks' bootstraps
+// wait for each other), and every rank keeps connections and scratch memory afterwards:
+// past this many ranks in one process it fails instead of starting that many threads.
+constexpr int kMaxInitAllRanks = 512;
+
 SNCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr || ndev < 1)
     return apiResult(InvalidArgument("comms is NULL or ndev %d < 1", ndev), "ncclCommInitAll");
+  if (ndev > kMaxInitAllRanks)
+    return apiResult(InvalidArgument("ndev %d is more than the %d ranks ncclCommInitAll creates in one process",
+                                     ndev, kMaxInitAllRanks),
+                     "ncclCommInitAll");
   ncclUniqueId id;
   Status st = Bootstrap::createUniqueId(&id);
   if (!st.ok()) return apiResult(st, "ncclCommInitAll");

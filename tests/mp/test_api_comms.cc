@@ -159,6 +159,25 @@ TEST(Comms, InitRankBadArguments) {
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
+// ncclCommInitAll starts a thread per rank: past its documented cap (512) it fails at
+// once instead of starting thousands. Run in a child: without the cap the call would
+// take the machine's threads for minutes.
+TEST(Comms, InitAllAboveTheCapFails) {
+  std::string how;
+  int rc = mp::runChild(
+      [] {
+        std::vector<ncclComm_t> comms(100000, nullptr);
+        if (ncclCommInitAll(comms.data(), 100000, nullptr) != ncclInvalidArgument) return 1;
+        if (!Mentions(ncclGetLastError(nullptr), "512")) return 2;
+        if (ncclCommInitAll(comms.data(), 513, nullptr) != ncclInvalidArgument) return 3;
+        for (ncclComm_t c : comms)
+          if (c != nullptr) return 4;
+        return 0;
+      },
+      60, &how);
+  EXPECT_EQ(rc, 0) << how;
+}
+
 TEST(Comms, InitRankScalable) {
   const int n = 5;
   ncclUniqueId ids[2];
