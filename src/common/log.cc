@@ -132,12 +132,20 @@ void shortHostName(char* buf, size_t size) {
 
 // Reads the environment and publishes the configuration. Returns the level and, in
 // `warning`, a WARN to emit once the lock is released (writing it here would self-deadlock).
-int configure(Context& c, std::string& warning) {
+void emit(Context& c, Level level, uint64_t subsys, const char* file, int line, const std::string& msg);
+
+// `badLevel` is set to a WARN that is printed whatever the level: NCCL_DEBUG named no
+// level, so the user asked for logging and would otherwise get silence.
+int configure(Context& c, std::string& warning, std::string& badLevel) {
   std::unique_lock lock(c.mu);
   int level = c.level.load(std::memory_order_relaxed);
   if (level != kUnconfigured) return level;  // another thread got here first
 
-  level = parseLevel(params::readUncached(params::Id::Debug));
+  const std::string levelText = params::readUncached(params::Id::Debug);
+  level = parseLevel(levelText);
+  if (level == kNone && !trim(levelText).empty())
+    badLevel = "Invalid value '" + levelText + "' for " + params::readUncachedSource(params::Id::Debug) +
+               " (accepted: VERSION, WARN, INFO, ABORT, TRACE); logging stays off";
   shortHostName(c.host, sizeof(c.host));
   c.epoch = std::chrono::steady_clock::now();
   // NCCL opens the file only above VERSION, so a VERSION-only run never creates it.
@@ -161,9 +169,13 @@ int configure(Context& c, std::string& warning) {
 int currentLevel(Context& c) {
   int level = c.level.load(std::memory_order_acquire);
   if (level != kUnconfigured) return level;
-  std::string warning;
-  level = configure(c, warning);
+  std::string warning, badLevel;
+  level = configure(c, warning, badLevel);
   if (!warning.empty()) write(kWarn, kAll, __FILE__, __LINE__, "%s", warning.c_str());
+  if (!badLevel.empty()) {
+    setLastError(badLevel);
+    emit(c, kWarn, kAll, __FILE__, __LINE__, badLevel);
+  }
   return level;
 }
 

@@ -8,6 +8,7 @@
 // So neither module can re-enter the other's one-time initialisation.
 #include "common/params.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -36,6 +37,18 @@ static_assert(idsMatchIndex(), "def(id) indexes the table by id");
 
 constexpr size_t index(Id id) { return static_cast<size_t>(id); }
 
+// Parameters some of whose integers mean nothing: getInt rejects those (a WARN naming the
+// variable, then the default), as NCCL users expect of a negative timeout, instead of
+// letting the code that reads them guess (a negative SNCCL_TIMEOUT used to disable every
+// timeout).
+struct Limit {
+  Id id;
+  Range range;
+};
+constexpr Limit kLimits[] = {
+    {Id::Timeout, {0, 365LL * 24 * 3600}},  // seconds; 0: no limit
+};
+
 struct Raw {
   std::string text;
   std::string source;  // the variable's name, or "default"
@@ -60,6 +73,7 @@ struct Value {
   std::string source = "default";
   bool set = false;
   bool malformed = false;  // set but not an integer: number holds the default instead
+  bool outOfRange = false;  // set to an integer validRange() rejects: number holds the default
   int64_t number = 0;
 };
 
@@ -70,6 +84,7 @@ struct Value {
 struct Registry {
   std::array<Value, kNumParams> values;
   std::array<std::atomic<bool>, kNumParams> reported{};
+  std::array<std::atomic<bool>, kNumParams> clampReported{};  // getIntClamped's WARN
 };
 
 Registry& registry() {
@@ -88,6 +103,11 @@ Registry& registry() {
         v.malformed = true;
         n = parseInt(kDefs[i].defaultValue);
       }
+      const Range ok = validRange(kDefs[i].id);
+      if (n && raw.set && kDefs[i].type == Type::kInt && (*n < ok.lo || *n > ok.hi)) {
+        v.outOfRange = true;
+        n = parseInt(kDefs[i].defaultValue);
+      }
       v.number = n.value_or(0);
     }
     return r;
@@ -104,13 +124,17 @@ const Value& get(Id id, bool asInt) {
   const Value& v = r.values[i];
   // A malformed integer read as a string is left unreported so that the getInt which
   // falls back to the default still warns.
-  if (v.malformed && !asInt) return v;
+  if ((v.malformed || v.outOfRange) && !asInt) return v;
   if (v.set && !r.reported[i].load(std::memory_order_acquire) &&
       !r.reported[i].exchange(true, std::memory_order_acq_rel)) {
     if (asInt && v.malformed) {
       SN_WARN("Invalid value '%s' for %s (expected an integer such as 42, 0x2a, -1 or 4K); "
               "using the default %s",
               v.text.c_str(), v.source.c_str(), kDefs[i].defaultValue);
+    } else if (asInt && v.outOfRange) {
+      const Range ok = validRange(id);
+      SN_WARN("Invalid value '%s' for %s (accepted: %lld..%lld); using the default %s", v.text.c_str(),
+              v.source.c_str(), (long long)ok.lo, (long long)ok.hi, kDefs[i].defaultValue);
     } else {
       SN_INFO(log::kEnv, "%s set by environment to %s", v.source.c_str(), v.text.c_str());
     }
@@ -147,6 +171,24 @@ std::vector<std::string> aliases(const Def& d) {
 }
 
 std::string readUncached(Id id) { return resolve(def(id)).text; }
+
+std::string readUncachedSource(Id id) { return resolve(def(id)).source; }
+
+Range validRange(Id id) {
+  for (const Limit& l : kLimits)
+    if (l.id == id) return l.range;
+  return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+}
+
+int64_t getIntClamped(Id id, int64_t lo, int64_t hi) {
+  const int64_t given = getInt(id);
+  const int64_t used = std::clamp(given, lo, hi);
+  Registry& r = registry();
+  if (used != given && !r.clampReported[index(id)].exchange(true, std::memory_order_acq_rel))
+    SN_WARN("%s=%lld is outside %lld..%lld; using %lld", r.values[index(id)].source.c_str(), (long long)given,
+            (long long)lo, (long long)hi, (long long)used);
+  return used;
+}
 
 std::optional<int64_t> parseInt(std::string_view s) {
   while (!s.empty() && isBlank(s.front())) s.remove_prefix(1);

@@ -36,9 +36,15 @@ const Def& def(Id id);
 // The NCCL names of a parameter (Def::alias split at commas), in precedence order.
 std::vector<std::string> aliases(const Def& d);
 
-// Integer value (decimal, 0x hex, or with K/M/G suffix = x1024). A malformed value warns
-// once and yields the default.
+// Integer value (decimal, 0x hex, or with K/M/G suffix = x1024). A malformed value, or one
+// outside the parameter's valid range (validRange), warns once and yields the default.
 int64_t getInt(Id id);
+// The values a parameter accepts at all ([INT64_MIN, INT64_MAX] for most); getInt rejects
+// the others.
+struct Range {
+  int64_t lo, hi;
+};
+Range validRange(Id id);
 // String value ("" when unset and no default).
 const std::string& getString(Id id);
 // True when the user set the variable (either name).
@@ -55,5 +61,11 @@ std::optional<int64_t> parseInt(std::string_view text);
 // cached value) without touching the cache. Only log::resetForTesting uses it: the log
 // configuration may be re-read, the registry may not.
 std::string readUncached(Id id);
+// The name readUncached's value comes from ("SNCCL_X", "NCCL_X" or "default").
+std::string readUncachedSource(Id id);
+
+// getInt's value clamped to [lo, hi]. A value outside warns once, naming the variable,
+// the value given and the value used.
+int64_t getIntClamped(Id id, int64_t lo, int64_t hi);
 
 }  // namespace snccl::params

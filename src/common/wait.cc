@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "common/params.h"
 
@@ -53,7 +54,7 @@ Backoff::Phase Backoff::idle() {
 }
 
 int64_t spinBudgetUs(int localRanks) {
-  int64_t spin = params::getInt(params::Id::SpinUs);
+  int64_t spin = params::getIntClamped(params::Id::SpinUs, 0, INT64_MAX);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
   // With more runnable ranks than cores, a spinning waiter holds the core its peer needs,

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -260,7 +261,7 @@ PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
   info.cudaDev = cfg.cudaDev;
   info.numa = topo::currentNumaNode();
   info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
-  info.singleCopyBytes = std::max<int64_t>(0, params::getInt(params::Id::SingleCopyBytes));
+  info.singleCopyBytes = params::getIntClamped(params::Id::SingleCopyBytes, 0, INT64_MAX);
   const tuning::AlgoSpec& algos = tuning::processOverrides().algo;
   const size_t ar = size_t(CollKind::kAllReduce);
   info.allReduceAlgos = algos.restricted[ar] ? algos.allowed[ar] : ~uint64_t(0);

@@ -151,6 +151,20 @@ TEST_F(LogTest, LevelParsing) {
   }
 }
 
+// NCCL_DEBUG that names no level leaves logging off, but says so once, naming the
+// variable and the levels it accepts.
+TEST_F(LogTest, UnknownLevelWarnsOnce) {
+  configure("bogus", "ALL");
+  ::testing::internal::CaptureStdout();
+  EXPECT_FALSE(enabled(kWarn, kInit));
+  EXPECT_FALSE(enabled(kInfo, kInit));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("NCCL WARN Invalid value 'bogus' for NCCL_DEBUG"), std::string::npos) << out;
+  EXPECT_NE(out.find("VERSION, WARN, INFO, ABORT, TRACE"), std::string::npos) << out;
+  EXPECT_EQ(out.find("NCCL WARN"), out.rfind("NCCL WARN")) << "once\n" << out;
+  EXPECT_NE(std::string(lastError()).find("NCCL_DEBUG"), std::string::npos);
+}
+
 TEST_F(LogTest, SncclPrefixWinsOverAlias) {
   configure("INFO", "ALL");
   setenv("SNCCL_DEBUG", "WARN", 1);

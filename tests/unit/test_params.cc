@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/wait.h"
 
 namespace snccl::params {
 namespace {
@@ -237,6 +238,45 @@ TEST(Registry, AnnouncesUserSetValuesOnceUnderEnv) {
     std::remove(path.c_str());
     CHILD_CHECK(lines.size() == 1);
     CHILD_CHECK(lines[0].find("NCCL INFO SNCCL_STEPS set by environment to 16") != std::string::npos);
+    return std::string();
+  });
+}
+
+// A negative SNCCL_TIMEOUT means nothing (it used to disable every timeout): it is
+// rejected like a malformed value, with a WARN naming the variable, and the default used.
+TEST(Registry, NegativeTimeoutIsRejectedWithWarn) {
+  expectInFreshProcess((Env{{"SNCCL_TIMEOUT", "-5"}, {"NCCL_DEBUG", "WARN"}}), [] {
+    const std::string path = childLogPath();
+    setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
+    CHILD_CHECK(getInt(Id::Timeout) == 600);
+    CHILD_CHECK(getInt(Id::Timeout) == 600);
+    const std::string err = log::lastError();
+    CHILD_CHECK(err.find("SNCCL_TIMEOUT") != std::string::npos);
+    CHILD_CHECK(err.find("'-5'") != std::string::npos);
+    auto lines = readLines(path);
+    std::remove(path.c_str());
+    int warns = 0;
+    for (const auto& l : lines) warns += l.find("NCCL WARN Invalid value '-5' for SNCCL_TIMEOUT") != std::string::npos;
+    CHILD_CHECK(warns == 1);
+    return std::string();
+  });
+}
+
+// A value the code clamps is reported once: the variable, the value given, the value used.
+TEST(Registry, ClampedValueWarnsOnce) {
+  expectInFreshProcess((Env{{"SNCCL_SPIN_US", "-3"}, {"NCCL_DEBUG", "WARN"}}), [] {
+    const std::string path = childLogPath();
+    setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
+    CHILD_CHECK(spinBudgetUs(1) == 0);
+    CHILD_CHECK(spinBudgetUs(1) == 0);
+    const std::string err = log::lastError();
+    CHILD_CHECK(err.find("SNCCL_SPIN_US=-3") != std::string::npos);
+    CHILD_CHECK(err.find("using 0") != std::string::npos);
+    auto lines = readLines(path);
+    std::remove(path.c_str());
+    int warns = 0;
+    for (const auto& l : lines) warns += l.find("NCCL WARN SNCCL_SPIN_US=-3") != std::string::npos;
+    CHILD_CHECK(warns == 1);
     return std::string();
   });
 }

@@ -70,8 +70,8 @@ class SocketNet : public Net {
 
   Status init() override {
     SNCCL_ASSIGN_OR_RETURN(iface_, sock::chooseLocalInterface());
-    nstreams_ = socketStreamsFromParams(params::getInt(params::Id::SocketNthreads),
-                                        params::getInt(params::Id::NsocksPerThread));
+    nstreams_ = socketStreamsFromParams(params::getIntClamped(params::Id::SocketNthreads, 1, 16),
+                                        params::getIntClamped(params::Id::NsocksPerThread, 1, sockwire::kMaxStreams));
     SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
     SN_INFO(log::kNet | log::kInit, "NET/Socket : Using [0]%s:%s, %d streams per connection, congestion control %s",
             iface_.name.c_str(), iface_.addr.hostString().c_str(), nstreams_,
