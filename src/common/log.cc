@@ -316,4 +316,25 @@ void resetForTesting() {
   c.level.store(kUnconfigured, std::memory_order_release);
 }
 
+bool WarnLimiter::allow(Clock::time_point now) {
+  if (inWindow_ == 0 || now - windowStart_ >= period_) {
+    windowStart_ = now;
+    inWindow_ = 0;
+  }
+  if (inWindow_ < burst_) {
+    ++inWindow_;
+    return true;
+  }
+  ++suppressed_;
+  ++suppressedTotal_;
+  return false;
+}
+
+std::string WarnLimiter::suppressedNote() {
+  if (suppressed_ == 0) return "";
+  std::string s = " (" + std::to_string(suppressed_) + " more like this suppressed)";
+  suppressed_ = 0;
+  return s;
+}
+
 }  // namespace snccl::log

@@ -6,6 +6,7 @@
 // returned by ncclGetLastError(). Configuration is read once per process.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -52,6 +53,30 @@ void printVersionBanner(const char* text);
 
 // Device index printed in "[dev]" for lines written by this thread (default 0).
 void setThreadDevice(int dev);
+
+// Bounds how often one kind of WARN is written, so a condition that repeats in a loop (a
+// stranger's connections, a failing accept) cannot flood the log: at most `burst` lines
+// per `period`; the lines beyond that are counted, and the count rides on the next line
+// written. Owned by whoever warns (one per kind of message), not shared; not thread-safe.
+class WarnLimiter {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit WarnLimiter(int burst = 5, Clock::duration period = std::chrono::seconds(10))
+      : burst_(burst), period_(period) {}
+  // True when the caller should write its line now; then `suppressedNote()` is the text
+  // to append (" (N more like this suppressed)", or "" when none were).
+  bool allow(Clock::time_point now = Clock::now());
+  std::string suppressedNote();
+  uint64_t suppressedTotal() const { return suppressedTotal_; }
+
+ private:
+  int burst_;
+  Clock::duration period_;
+  Clock::time_point windowStart_{};
+  int inWindow_ = 0;
+  uint64_t suppressed_ = 0;       // since the last line written
+  uint64_t suppressedTotal_ = 0;  // ever
+};
 
 // Forget the parsed configuration so the next call re-reads the environment
 // (ncclResetDebugInit; tests use it).

@@ -30,7 +30,7 @@ Status abortedError(const std::string& what) {
 Status timeoutError(const Waiter& w, const std::string& what) {
   // A wait on a peer that does not answer in time is the peer's failure (SNCCL_TIMEOUT's
   // documented contract is ncclRemoteError).
-  return RemoteError("timed out after %d s %s", w.timeoutSec, what.c_str());
+  return RemoteError("timed out after %s %s", w.describeLimit().c_str(), what.c_str());
 }
 
 std::string errnoText(int err) {
@@ -73,6 +73,7 @@ bool startsWithAny(std::string_view name, std::initializer_list<std::string_view
 Waiter Waiter::after(int timeoutSec, const std::atomic<bool>* a1, const std::atomic<bool>* a2) {
   Waiter w;
   w.timeoutSec = timeoutSec;
+  w.limitMs = int64_t(timeoutSec) * 1000;
   if (timeoutSec > 0) w.deadline = Clock::now() + std::chrono::seconds(timeoutSec);
   w.abort1 = a1;
   w.abort2 = a2;
@@ -99,8 +100,18 @@ int Waiter::sliceMs(int maxMs) const {
 Waiter Waiter::capped(std::chrono::milliseconds limit) const {
   Waiter w = *this;
   auto cap = Clock::now() + limit;
-  if (cap < w.deadline) w.deadline = cap;
+  if (cap < w.deadline) {
+    w.deadline = cap;
+    w.limitMs = limit.count();
+  }
   return w;
+}
+
+std::string Waiter::describeLimit() const { return describeMs(limitMs); }
+
+std::string describeMs(int64_t ms) {
+  if (ms % 1000 == 0) return format("%lld s", static_cast<long long>(ms / 1000));
+  return format("%.1f s", static_cast<double>(ms) / 1000.0);
 }
 
 Waiter Waiter::extended(std::chrono::milliseconds grace) const {
@@ -425,7 +436,8 @@ Result<Socket> Socket::listen(const Address& bindAddr, bool reuseAddr) {
   return s;
 }
 
-Result<Socket> Socket::tryAccept() const {
+Result<Socket> Socket::tryAccept(int* errOut) const {
+  if (errOut) *errOut = 0;
   for (;;) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
@@ -437,6 +449,7 @@ Result<Socket> Socket::tryAccept() const {
     // A connection reset before we accepted it is not our problem; look for the next.
     if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Socket();
+    if (errOut) *errOut = errno;
     return ErrnoError(errno, "accept on %s", peer_.toString().c_str());
   }
 }
@@ -486,6 +499,7 @@ int connectOnce(const Address& to, const Waiter& w) {
 
 Result<Socket> Socket::connect(const Address& to, const Waiter& w) {
   auto start = Clock::now();
+  Clock::time_point refusedSince = Clock::time_point::max();  // start of the current run of refusals
   for (int attempt = 1;; ++attempt) {
     std::string what = "connecting to " + to.toString();
     if (w.aborted()) return abortedError(what);
@@ -493,12 +507,20 @@ Result<Socket> Socket::connect(const Address& to, const Waiter& w) {
     if (fd >= 0) return Socket(fd, to);
     int err = -fd;
     if (w.aborted()) return abortedError(what);
-    double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    auto now = Clock::now();
+    double secs = std::chrono::duration<double>(now - start).count();
     if (!isRetryableConnectErrno(err))
       return ErrnoError(err, "connect to %s failed", to.toString().c_str());
+    if (err != ECONNREFUSED) refusedSince = Clock::time_point::max();
+    else if (refusedSince == Clock::time_point::max()) refusedSince = now;
+    if (w.refusedLimit.count() > 0 && refusedSince != Clock::time_point::max() &&
+        now - refusedSince >= w.refusedLimit)
+      return RemoteError("nothing listens at %s: every connection was refused for %.1f s (%d attempts); the "
+                         "process that listened there has exited or has not started",
+                         to.toString().c_str(), std::chrono::duration<double>(now - refusedSince).count(), attempt);
     if (w.expired())
-      return RemoteError("could not connect to %s: %d attempts over %.1f s (SNCCL_TIMEOUT=%d), last error %s",
-                         to.toString().c_str(), attempt, secs, w.timeoutSec, errnoText(err).c_str());
+      return RemoteError("could not connect to %s: %d attempts over %.1f s (limit %s), last error %s",
+                         to.toString().c_str(), attempt, secs, w.describeLimit().c_str(), errnoText(err).c_str());
     // Linear back-off: the peer is most likely still starting up.
     auto until = Clock::now() + std::chrono::milliseconds(std::min(100 * attempt, 1000));
     while (Clock::now() < until && !w.aborted() && !w.expired())

@@ -27,11 +27,16 @@ namespace snccl::sock {
 using Clock = std::chrono::steady_clock;
 
 // What a blocking socket call honours: a deadline and up to two abort flags (the
-// caller's, e.g. the communicator's, and an object's own). timeoutSec is only used to
-// say "for how long" in messages; 0 means no deadline.
+// caller's, e.g. the communicator's, and an object's own). timeoutSec is SNCCL_TIMEOUT
+// (or what the caller gave); limitMs is the limit that sets the deadline, which capped()
+// may make shorter, and is what messages say was waited. 0 means no deadline.
 struct Waiter {
   Clock::time_point deadline = Clock::time_point::max();
   int timeoutSec = 0;
+  int64_t limitMs = 0;
+  // How long connect() keeps retrying while every attempt is refused (nothing listens);
+  // 0: until the deadline. Other failures (unreachable, timed out) retry to the deadline.
+  std::chrono::milliseconds refusedLimit{0};
   const std::atomic<bool>* abort1 = nullptr;
   const std::atomic<bool>* abort2 = nullptr;
 
@@ -49,7 +54,12 @@ struct Waiter {
   Waiter capped(std::chrono::milliseconds limit) const;
   // The same flags with the deadline moved later by `grace` (no deadline stays none).
   Waiter extended(std::chrono::milliseconds grace) const;
+  // "600 s", "5 s", "0.1 s": the limit this waiter was given (limitMs), for messages.
+  std::string describeLimit() const;
 };
+
+// "600 s", "5 s", "0.1 s" for a limit of ms milliseconds, in messages.
+std::string describeMs(int64_t ms);
 
 // A socket address (IPv4 or IPv6) held by value; no pointers, copyable.
 class Address {
@@ -149,11 +159,13 @@ class Socket {
   static Result<Socket> listen(const Address& bindAddr, bool reuseAddr);
   // Waits for one incoming connection.
   Result<Socket> accept(const Waiter& w) const;
-  // Accepts one pending connection if there is one; an invalid Socket otherwise.
-  Result<Socket> tryAccept() const;
+  // Accepts one pending connection if there is one; an invalid Socket otherwise. On a
+  // failure *err (if given) is the errno (EMFILE: this process is out of descriptors).
+  Result<Socket> tryAccept(int* err = nullptr) const;
 
   // Connects with retries (linear back-off: 100 ms x attempt, capped at 1 s) until the
-  // deadline while the peer refuses or is unreachable. Sets TCP_NODELAY.
+  // deadline while the peer refuses or is unreachable; with w.refusedLimit set, a run of
+  // refusals (nothing listens there) longer than that fails sooner. Sets TCP_NODELAY.
   static Result<Socket> connect(const Address& to, const Waiter& w);
 
   // Sends/receives exactly n bytes. `what` names the payload in timeout messages.

@@ -15,6 +15,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -24,6 +25,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/greeter.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "core/bootstrap_wire.h"
@@ -41,8 +43,6 @@ constexpr uint32_t kTagSplit = Bootstrap::kReservedTagBase + 3;
 constexpr uint32_t kTagAbort = Bootstrap::kReservedTagBase + 4;  // empty: "I am aborting"
 // Small messages go out as one send() together with their header.
 constexpr size_t kCoalesceLimit = 64 * 1024;
-// Unidentified connections we keep polling; beyond this the oldest is dropped.
-constexpr size_t kMaxPending = 64;
 
 // Per split member: what it tells the others about its child endpoint.
 struct SplitEntry {
@@ -116,8 +116,9 @@ class TcpBootstrap final : public Bootstrap {
   // Reader role (see the file comment).
   Status pumpOnce(int timeoutMs);
   void pumpIfIdle();
-  void acceptPending();
-  void identify(sock::Socket s);
+  // The greeting of a peer's connection: a Hello (sock::Greeter::Framer).
+  Result<size_t> frameHello(std::span<const std::byte> got) const;
+  void identify(sock::Greeter::Greeted g);
   void readAvailable(int peer);
   void markClosed(int peer, const std::string& reason);
 
@@ -144,7 +145,7 @@ class TcpBootstrap final : public Bootstrap {
   std::vector<char> peerAborted_;              // under mu_: p sent kTagAbort
   std::vector<int> peerAbortOrigin_;           // under mu_: the root cause its notice names
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<std::byte>>> inbox_;  // under mu_
-  std::vector<sock::Socket> pending_;          // reader only
+  sock::Greeter greeter_;                      // reader only: accepted, not yet identified
   std::vector<Incoming> partial_;              // reader only, per peer
   std::vector<std::unique_ptr<SendSide>> send_;
 };
@@ -153,7 +154,12 @@ TcpBootstrap::TcpBootstrap(Config c)
     : rank_(c.rank), nranks_(c.nranks), commHash_(c.commHash), secret_(c.secret), addrs_(std::move(c.addrs)),
       infos_(std::move(c.infos)), infoSize_(c.infoSize), userAbort_(c.userAbort), allRanks_(c.nranks),
       listener_(std::move(c.listener)), recvSocks_(c.nranks), recvClosed_(c.nranks), peerAborted_(c.nranks),
-      peerAbortOrigin_(c.nranks, -1), partial_(c.nranks) {
+      peerAbortOrigin_(c.nranks, -1),
+      greeter_(sock::Greeter::Options{format("bootstrap rank %d listening on %s", c.rank,
+                                             listener_.peer().toString().c_str()),
+                                      boot::kMaxPendingPeers, boot::kGreetingDeadline},
+               sizeof(boot::Hello), [this](std::span<const std::byte> got) { return frameHello(got); }),
+      partial_(c.nranks) {
   std::iota(allRanks_.begin(), allRanks_.end(), 0);
   for (int p = 0; p < nranks_; ++p) send_.push_back(std::make_unique<SendSide>());
 }
@@ -332,75 +338,52 @@ void TcpBootstrap::pumpIfIdle() {
 }
 
 Status TcpBootstrap::pumpOnce(int timeoutMs) {
-  // Only the reader modifies recvSocks_ and pending_, so reading them here needs no lock.
-  constexpr int kListener = -1;
+  // Only the reader modifies recvSocks_ and the greeter, so reading them here needs no lock.
   std::vector<pollfd> fds;
-  std::vector<int> who;  // kListener, peer >= 0, or -2 - index into pending_
-  if (listener_.valid()) {
-    fds.push_back({listener_.fd(), POLLIN, 0});
-    who.push_back(kListener);
-  }
-  for (size_t k = 0; k < pending_.size(); ++k) {
-    fds.push_back({pending_[k].fd(), POLLIN, 0});
-    who.push_back(-2 - static_cast<int>(k));
-  }
+  greeter_.pollFds(listener_, &fds);
+  const size_t greeterFds = fds.size();
+  std::vector<int> who;  // the peer of fds[greeterFds + k]
   for (int p = 0; p < nranks_; ++p) {
     if (!recvSocks_[static_cast<size_t>(p)].valid()) continue;
     fds.push_back({recvSocks_[static_cast<size_t>(p)].fd(), POLLIN, 0});
     who.push_back(p);
   }
-  int rc = ::poll(fds.data(), fds.size(), timeoutMs);
+  int rc = ::poll(fds.data(), fds.size(), greeter_.sliceMs(timeoutMs));
   if (rc < 0 && errno != EINTR) return ErrnoError(errno, "poll on bootstrap sockets");
-  if (rc <= 0) return OkStatus();
-  std::vector<sock::Socket> ready;
-  for (size_t k = 0; k < fds.size(); ++k) {
-    if (fds[k].revents == 0) continue;
-    if (who[k] >= 0) readAvailable(who[k]);
-    else if (who[k] <= -2) ready.push_back(std::move(pending_[static_cast<size_t>(-2 - who[k])]));
-  }
-  std::erase_if(pending_, [](const sock::Socket& s) { return !s.valid(); });
-  for (auto& s : ready) identify(std::move(s));
-  if (!fds.empty() && who[0] == kListener && fds[0].revents != 0) acceptPending();
+  if (rc < 0) return OkStatus();
+  for (size_t k = greeterFds; k < fds.size(); ++k)
+    if (fds[k].revents != 0) readAvailable(who[k - greeterFds]);
+  // Also after a timeout: the greeter drops connections whose greeting is overdue.
+  if (aborted_.load(std::memory_order_acquire)) return OkStatus();
+  for (auto& g : greeter_.service(listener_, std::span<const pollfd>(fds.data(), greeterFds))) identify(std::move(g));
   return OkStatus();
 }
 
-void TcpBootstrap::acceptPending() {
-  for (;;) {
-    Result<sock::Socket> r = listener_.tryAccept();
-    if (!r.ok()) {
-      if (!aborted_.load()) SN_WARN("bootstrap rank %d: %s", rank_, r.status().message().c_str());
-      return;
-    }
-    if (!r->valid()) return;
-    pending_.push_back(std::move(*r));
-    if (pending_.size() > kMaxPending) {
-      SN_WARN("bootstrap rank %d: dropping idle unidentified connection from %s", rank_,
-              pending_.front().peer().toString().c_str());
-      pending_.erase(pending_.begin());
-    }
-  }
+Result<size_t> TcpBootstrap::frameHello(std::span<const std::byte> got) const {
+  boot::Hello h;
+  std::memcpy(&h, got.data(), sizeof h);
+  SNCCL_TRY(boot::checkHello(h, secret_, commHash_, ConnKind::kPeer));
+  if (h.fromRank < 0 || h.fromRank >= nranks_ || h.fromRank == rank_)
+    return InvalidUsage("claims to be rank %d of %d", h.fromRank, nranks_);
+  return got.size();
 }
 
-void TcpBootstrap::identify(sock::Socket s) {
-  // The hello is the first thing a peer sends; a short limit keeps a stray client that
-  // sent a byte and stopped from holding the reader role for long.
-  sock::Waiter w = waiter().capped(std::chrono::seconds(2));
+void TcpBootstrap::identify(sock::Greeter::Greeted g) {
   boot::Hello h;
-  Status st = boot::readHello(s, w, secret_, commHash_, ConnKind::kPeer, &h);
-  if (st.ok() && (h.fromRank < 0 || h.fromRank >= nranks_ || h.fromRank == rank_))
-    st = InvalidUsage("claims to be rank %d of %d", h.fromRank, nranks_);
-  if (st.ok()) {
-    std::lock_guard<std::mutex> g(mu_);
+  std::memcpy(&h, g.bytes.data(), sizeof h);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
     size_t p = static_cast<size_t>(h.fromRank);
-    if (recvSocks_[p].valid() || !recvClosed_[p].empty()) {
-      st = InvalidUsage("second connection claiming to be rank %d", h.fromRank);
-    } else {
-      recvSocks_[p] = std::move(s);
-      return;
+    if (!recvSocks_[p].valid() && recvClosed_[p].empty()) {
+      recvSocks_[p] = std::move(g.sock);
     }
   }
-  SN_WARN("bootstrap rank %d: rejected connection from %s: %s", rank_, s.peer().toString().c_str(),
-          st.message().c_str());
+  if (g.sock.valid()) {
+    SN_WARN("bootstrap rank %d: rejected connection from %s: second connection claiming to be rank %d", rank_,
+            g.sock.peer().toString().c_str(), h.fromRank);
+    return;
+  }
+  readAvailable(h.fromRank);  // the frames that followed the hello may be waiting already
 }
 
 void TcpBootstrap::readAvailable(int peer) {
@@ -644,7 +627,14 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::init(const ncclUniqueId& id, int r
     SNCCL_TRY(boot::launchRoot(std::move(*lis), l, hash, w.timeoutSec));
   }
   SNCCL_ASSIGN_OR_RETURN(sock::Socket listener, listenOnLocalInterface());
-  SNCCL_ASSIGN_OR_RETURN(boot::RankTable t, boot::registerWithRoot(l, rank, nranks, listener.peer(), info, w));
+  // The root of an ncclGetUniqueId id listens before the id exists, so a refusal means it
+  // is gone; a SNCCL_COMM_ID root starts with rank 0, which may come later than us.
+  sock::Waiter rootWait = w;
+  if (!(l.flags & boot::kFixedRoot))
+    rootWait.refusedLimit = std::chrono::seconds(
+        std::clamp<int64_t>(params::getInt(params::Id::RootRefusedTimeout), 0, 365LL * 24 * 3600));
+  SNCCL_ASSIGN_OR_RETURN(boot::RankTable t,
+                         boot::registerWithRoot(l, rank, nranks, listener.peer(), info, rootWait));
   TcpBootstrap::Config c;
   c.rank = rank;
   c.nranks = nranks;

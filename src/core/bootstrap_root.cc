@@ -9,6 +9,7 @@
 #include <system_error>
 #include <thread>
 
+#include "common/greeter.h"
 #include "common/log.h"
 #include "core/bootstrap_wire.h"
 
@@ -73,20 +74,18 @@ Hello makeHello(const Secret& secret, uint64_t commHash, int fromRank, ConnKind 
   return h;
 }
 
-Status readHello(const sock::Socket& s, const sock::Waiter& w, const Secret& secret, uint64_t commHash,
-                 ConnKind kind, Hello* out) {
-  SNCCL_TRY(s.recvAll(out, sizeof *out, w, "the bootstrap hello"));
-  if (std::memcmp(out->magic, kHelloMagic, sizeof out->magic) != 0)
+Status checkHello(const Hello& h, const Secret& secret, uint64_t commHash, ConnKind kind) {
+  if (std::memcmp(h.magic, kHelloMagic, sizeof h.magic) != 0)
     return InvalidUsage("bad magic (not an snccl bootstrap connection)");
   // Compare without an early exit so timing does not reveal how much of a guess matched.
   uint8_t diff = 0;
-  for (size_t i = 0; i < secret.size(); ++i) diff |= uint8_t(out->secret[i] ^ secret[i]);
+  for (size_t i = 0; i < secret.size(); ++i) diff |= uint8_t(h.secret[i] ^ secret[i]);
   if (diff != 0) return InvalidUsage("wrong secret (not a member of this communicator)");
-  if (out->commHash != commHash)
-    return InvalidUsage("communicator hash %016llx, expected %016llx", (unsigned long long)out->commHash,
+  if (h.commHash != commHash)
+    return InvalidUsage("communicator hash %016llx, expected %016llx", (unsigned long long)h.commHash,
                         (unsigned long long)commHash);
-  if (out->kind != static_cast<uint32_t>(kind))
-    return InvalidUsage("connection kind %u, expected %u", out->kind, static_cast<uint32_t>(kind));
+  if (h.kind != static_cast<uint32_t>(kind))
+    return InvalidUsage("connection kind %u, expected %u", h.kind, static_cast<uint32_t>(kind));
   return OkStatus();
 }
 
@@ -95,11 +94,15 @@ Status readHello(const sock::Socket& s, const sock::Waiter& w, const Secret& sec
 namespace {
 
 // One rendezvous: collects registrations, validates them, answers everyone, exits.
+// Registrations arrive through a Greeter, so they are read concurrently and a stranger
+// that connects and stays silent (or sends part of a registration) delays no rank.
 class Root {
  public:
   Root(sock::Socket listener, const IdLayout& id, uint64_t replyHash, int timeoutSec)
       : listener_(std::move(listener)), secret_(id.secret), idHash_(id.commHash), replyHash_(replyHash),
-        timeoutSec_(timeoutSec) {}
+        timeoutSec_(timeoutSec),
+        greeter_(sock::Greeter::Options{"bootstrap root on " + addr_, kMaxPendingRegistrations, kGreetingDeadline},
+                 sizeof(Hello), [this](std::span<const std::byte> got) { return frame(got); }) {}
 
   void run();
 
@@ -112,8 +115,9 @@ class Root {
   };
 
   bool done() const { return expected_ > 0 && static_cast<int>(regs_.size()) >= expected_; }
-  void acceptAll();
-  void handle(sock::Socket s);
+  // The greeting of a rank: Hello, Registration, info (sock::Greeter::Framer).
+  Result<size_t> frame(std::span<const std::byte> got) const;
+  void handle(sock::Greeter::Greeted g);
   void validate(const Reg& reg);
   void finish(ncclResult_t code, const std::string& msg);
   void answerPending(const std::vector<std::byte>& reply);
@@ -126,7 +130,7 @@ class Root {
   uint64_t replyHash_;
   int timeoutSec_;
   std::string addr_ = listener_.peer().toString();
-  std::vector<sock::Socket> pending_;  // accepted, not yet registered
+  sock::Greeter greeter_;  // accepted, not yet registered
   std::vector<Reg> regs_;
   int expected_ = 0;   // largest nranks any registration announced
   std::string error_;  // first validation failure; every rank gets it
@@ -145,63 +149,46 @@ void Root::run() {
       finish(ncclRemoteError, msg);
       return;
     }
-    // Registrations are read only once data is there, so a silent client never stalls us.
-    std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
-    for (const auto& s : pending_) fds.push_back({s.fd(), POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), w.sliceMs()) <= 0) continue;
-    for (size_t k = fds.size(); k-- > 1;) {
-      if (fds[k].revents == 0) continue;
-      sock::Socket s = std::move(pending_[k - 1]);
-      pending_.erase(pending_.begin() + static_cast<long>(k - 1));
-      handle(std::move(s));
+    std::vector<pollfd> fds;
+    greeter_.pollFds(listener_, &fds);
+    int rc = ::poll(fds.data(), fds.size(), greeter_.sliceMs(w.sliceMs()));
+    if (rc < 0 && errno != EINTR) {
+      SN_WARN("bootstrap root on %s: poll: %s", where(), strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
     }
-    if (fds[0].revents != 0) acceptAll();
+    if (rc < 0) continue;
+    for (auto& g : greeter_.service(listener_, fds)) {
+      handle(std::move(g));
+      if (done()) break;
+    }
   }
   if (error_.empty()) finish(ncclSuccess, "");
 }
 
-void Root::acceptAll() {
-  for (;;) {
-    Result<sock::Socket> r = listener_.tryAccept();
-    if (!r.ok()) {
-      SN_WARN("bootstrap root on %s: %s", where(), r.status().message().c_str());
-      return;
-    }
-    if (!r->valid()) return;
-    pending_.push_back(std::move(*r));
-    // Bound what idle strangers can hold open; real ranks register right after connect.
-    if (pending_.size() > 1024) {
-      SN_WARN("bootstrap root on %s: dropping idle connection from %s", where(),
-              pending_.front().peer().toString().c_str());
-      pending_.erase(pending_.begin());
-    }
+Result<size_t> Root::frame(std::span<const std::byte> got) const {
+  constexpr size_t kHead = sizeof(Hello) + sizeof(Registration);
+  if (got.size() == sizeof(Hello)) {
+    Hello h;
+    std::memcpy(&h, got.data(), sizeof h);
+    SNCCL_TRY(checkHello(h, secret_, idHash_, ConnKind::kRegister));
+    return kHead;
   }
+  if (got.size() == kHead) {
+    Registration r;
+    std::memcpy(&r, got.data() + sizeof(Hello), sizeof r);
+    if (r.infoSize > kMaxInfoSize)
+      return InvalidUsage("bad registration: info size %u exceeds the limit %u", r.infoSize, kMaxInfoSize);
+    return kHead + r.infoSize;
+  }
+  return got.size();
 }
 
-void Root::handle(sock::Socket s) {
-  // The client sends everything right after connecting: a short limit per connection.
-  sock::Waiter w = sock::Waiter::after(timeoutSec_).capped(std::chrono::seconds(5));
-  Hello h;
-  Status st = readHello(s, w, secret_, idHash_, ConnKind::kRegister, &h);
-  if (!st.ok()) {
-    SN_WARN("bootstrap root on %s: rejected connection from %s: %s", where(), s.peer().toString().c_str(),
-            st.message().c_str());
-    return;
-  }
+void Root::handle(sock::Greeter::Greeted g) {
   Reg reg;
-  st = s.recvAll(&reg.r, sizeof reg.r, w, "a registration");
-  if (st.ok() && reg.r.infoSize > kMaxInfoSize)
-    st = InvalidUsage("info size %u exceeds the limit %u", reg.r.infoSize, kMaxInfoSize);
-  if (st.ok()) {
-    reg.info.resize(reg.r.infoSize);
-    st = s.recvAll(reg.info.data(), reg.info.size(), w, "a registration's info");
-  }
-  if (!st.ok()) {
-    SN_WARN("bootstrap root on %s: bad registration from %s: %s", where(), s.peer().toString().c_str(),
-            st.message().c_str());
-    return;
-  }
-  reg.sock = std::move(s);
+  std::memcpy(&reg.r, g.bytes.data() + sizeof(Hello), sizeof reg.r);
+  reg.info.assign(g.bytes.begin() + static_cast<long>(sizeof(Hello) + sizeof(Registration)), g.bytes.end());
+  reg.sock = std::move(g.sock);
   validate(reg);
   expected_ = std::max(expected_, std::clamp(reg.r.nranks, 1, kMaxRanks));
   regs_.push_back(std::move(reg));
@@ -249,7 +236,7 @@ void Root::finish(ncclResult_t code, const std::string& msg) {
   RootReply rep{static_cast<int32_t>(code), 0, replyHash_, expected_, 0};
   if (code == ncclSuccess) {
     listener_.close();  // later connections fail fast instead of waiting for us
-    pending_.clear();
+    greeter_.clear();
     std::sort(regs_.begin(), regs_.end(), [](const Reg& a, const Reg& b) { return a.r.rank < b.r.rank; });
     rep.infoSize = regs_.empty() ? 0 : regs_[0].r.infoSize;
     size_t entry = sizeof(sock::Address::Wire) + rep.infoSize;

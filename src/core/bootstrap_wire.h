@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -93,10 +94,16 @@ Secret deriveSecret(const Secret& parent, uint64_t salt);
 Secret secretFromString(std::string_view text);
 
 Hello makeHello(const Secret& secret, uint64_t commHash, int fromRank, ConnKind kind);
-// Reads a Hello and checks magic, secret, commHash and kind. A failure message says what
-// was wrong; the caller closes the connection and warns with the remote address.
-Status readHello(const sock::Socket& s, const sock::Waiter& w, const Secret& secret, uint64_t commHash,
-                 ConnKind kind, Hello* out);
+// Checks a Hello's magic, secret, commHash and kind. A failure message says what was
+// wrong; the caller drops the connection and warns with the remote address.
+Status checkHello(const Hello& h, const Secret& secret, uint64_t commHash, ConnKind kind);
+
+// How an accepted connection's greeting (a Hello, and for the root the registration) is
+// collected (sock::Greeter): concurrently, each within this deadline of its accept, at
+// most this many at a time. A real peer sends its greeting right after connecting.
+inline constexpr std::chrono::milliseconds kGreetingDeadline{5000};
+inline constexpr size_t kMaxPendingRegistrations = 256;  // root
+inline constexpr size_t kMaxPendingPeers = 64;           // a rank's listener
 
 // Starts the detached root thread on an already listening socket. It owns its state,
 // serves one rendezvous and exits, or gives up after timeoutSec (0: never).

@@ -2,6 +2,7 @@
 // multi-rank test runs under a watchdog so a hang fails with a message instead of
 // stalling the suite.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -221,6 +223,31 @@ TEST(SocketIo, ConnectRefusedTimesOutAndAbortIsPrompt) {
   r = sock::Socket::connect(to, sock::Waiter::after(10, &flag));
   EXPECT_FALSE(r.ok());
   EXPECT_LT(secondsSince(t0), 1.0);
+}
+
+// A run of refusals ends a connect after w.refusedLimit; timeouts name the real limit.
+TEST(SocketIo, RefusedWindowAndTimeoutsSayTheRealLimit) {
+  uint16_t port = freeLoopbackPort();
+  auto to = *sock::Address::parse("127.0.0.1:" + std::to_string(port));
+  sock::Waiter w = sock::Waiter::after(10);
+  w.refusedLimit = std::chrono::milliseconds(500);
+  auto t0 = Clock::now();
+  auto r = sock::Socket::connect(to, w);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nothing listens at " + to.toString()), std::string::npos)
+      << r.status().message();
+  EXPECT_LT(secondsSince(t0), 8.0);
+  // A wait capped to 0.2 s out of 600 says 0.2 s.
+  auto any = *sock::Address::parse("127.0.0.1:1");
+  any.setPort(0);
+  auto lis = sock::Socket::listen(any, false);
+  ASSERT_TRUE(lis.ok());
+  auto c = sock::Socket::connect(lis->peer(), sock::Waiter::after(5));
+  ASSERT_TRUE(c.ok());
+  char b;
+  Status s = c->recvAll(&b, 1, sock::Waiter::after(600).capped(std::chrono::milliseconds(200)), "a byte");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("timed out after 0.2 s"), std::string::npos) << s.message();
 }
 
 // ---- Rendezvous --------------------------------------------------------------------
@@ -645,6 +672,179 @@ TEST(BootstrapProcess, RanksAsProcessesAllGather) {
   };
   auto pids = forkRanks(4, body);
   for (pid_t p : pids) EXPECT_EQ(waitChild(p, 40), 0);
+}
+
+// ---- Strangers and exhausted descriptors --------------------------------------------
+
+// Connects n clients to `to` that each send one byte and then hold the socket.
+std::vector<sock::Socket> stalledStrangers(const sock::Address& to, int n) {
+  std::vector<sock::Socket> out;
+  auto w = sock::Waiter::after(5);
+  for (int k = 0; k < n; ++k) {
+    auto s = sock::Socket::connect(to, w);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    if (!s.ok()) break;
+    char c = 'x';
+    EXPECT_TRUE(s->sendAll(&c, 1, w, "one byte").ok());
+    out.push_back(std::move(*s));
+  }
+  return out;
+}
+
+// Each stranger used to hold the root for its 5 s handshake limit, one after the other:
+// 8 of them outlasted this binary's SNCCL_TIMEOUT of 10 s and init failed.
+TEST(BootstrapStrangers, StalledStrangersDoNotDelayTheRoot) {
+  ncclUniqueId id;
+  ASSERT_TRUE(Bootstrap::createUniqueId(&id).ok());
+  boot::IdLayout l;
+  std::memcpy(&l, id.internal, sizeof l);
+  auto strangers = stalledStrangers(*sock::Address::fromWire(l.root), 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the root has seen their bytes
+  auto t0 = Clock::now();
+  auto boots = initAll(3, id);
+  double took = secondsSince(t0);
+  for (auto& b : boots) ASSERT_NE(b, nullptr);
+  // Functional bound: far below one stranger's handshake limit times their number.
+  EXPECT_LT(took, 5.0);
+}
+
+// The same against a rank's own listener, whose handshake limit was 2 s per stranger:
+// 16 strangers held rank 0's reader for 32 s, past the 10 s its receive may wait.
+TEST(BootstrapStrangers, StalledStrangersDoNotDelayARanksListener) {
+  ncclUniqueId id;
+  ASSERT_TRUE(Bootstrap::createUniqueId(&id).ok());
+  boot::IdLayout l;
+  std::memcpy(&l, id.internal, sizeof l);
+  Watchdog dog(60);
+  // Rank 1 is played by hand, so that it learns rank 0's listener from the rank table.
+  BootPtr rank0;
+  std::thread t([&] {
+    auto r = Bootstrap::init(id, 0, 2, infoFor(0), nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    rank0 = std::move(r).value();
+  });
+  auto any = *sock::Address::parse("127.0.0.1:1");
+  any.setPort(0);
+  auto myListener = sock::Socket::listen(any, false);
+  ASSERT_TRUE(myListener.ok());
+  auto info = infoFor(1);
+  auto table = boot::registerWithRoot(l, 1, 2, myListener->peer(), info, sock::Waiter::after(10));
+  t.join();
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_NE(rank0, nullptr);
+  auto strangers = stalledStrangers(table->addrs[0], 16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto w = sock::Waiter::after(10);
+  auto conn = sock::Socket::connect(table->addrs[0], w);
+  ASSERT_TRUE(conn.ok()) << conn.status().message();
+  boot::Hello h = boot::makeHello(l.secret, table->commHash, 1, boot::ConnKind::kPeer);
+  int32_t payload = 4242;
+  boot::FrameHeader fh{5, 0, sizeof payload};
+  ASSERT_TRUE(conn->sendAll(&h, sizeof h, w, "hello").ok());
+  ASSERT_TRUE(conn->sendAll(&fh, sizeof fh, w, "header").ok());
+  ASSERT_TRUE(conn->sendAll(&payload, sizeof payload, w, "payload").ok());
+  auto t0 = Clock::now();
+  int32_t got = 0;
+  Status st = rank0->recv(1, 5, &got, sizeof got);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(got, 4242);
+  EXPECT_LT(secondsSince(t0), 5.0);
+}
+
+// A root out of descriptors (RLIMIT_NOFILE 64, 300 idle connections queued) used to spin
+// on the readable listener: a WARN per failed accept (hundreds of thousands) and a full
+// core, and no rank could register. Now it rests between attempts, drops strangers to
+// make room, warns a few times, and the rendezvous completes. Runs in a fresh copy of
+// this binary: the descriptor limit and the log settings are per process.
+TEST(BootstrapStrangers, RootSurvivesRunningOutOfDescriptors) {
+  if (const char* child = getenv("SNCCL_TEST_EMFILE_CHILD")) {
+    int toParent = -1, fromParent = -1;
+    ASSERT_EQ(sscanf(child, "%d,%d", &toParent, &fromParent), 2);
+    rlimit lim{64, 64};
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    ncclUniqueId id;
+    ASSERT_TRUE(Bootstrap::createUniqueId(&id).ok());
+    ASSERT_EQ(write(toParent, &id, sizeof id), static_cast<ssize_t>(sizeof id));
+    char go = 0;
+    ASSERT_EQ(read(fromParent, &go, 1), 1);  // the strangers are queued at the root
+    rusage r0{}, r1{};
+    getrusage(RUSAGE_SELF, &r0);
+    auto t0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    getrusage(RUSAGE_SELF, &r1);
+    double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                 1e-6 * ((r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec));
+    double wall = secondsSince(t0);
+    fprintf(stderr, "root process: %.2f s of CPU in %.2f s\n", cpu, wall);
+    EXPECT_LT(cpu, wall / 2) << "the root spins while out of descriptors";
+    auto boots = initAll(2, id);
+    for (auto& b : boots) ASSERT_NE(b, nullptr);
+    return;
+  }
+  std::string logPath = "/tmp/snccl_emfile_" + std::to_string(getpid()) + ".log";
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  std::string e1 = "SNCCL_TEST_EMFILE_CHILD=" + std::to_string(up[1]) + "," + std::to_string(down[0]);
+  std::string e2 = "NCCL_DEBUG=WARN", e3 = "NCCL_DEBUG_FILE=" + logPath;
+  std::string filter = "--gtest_filter=BootstrapStrangers.RootSurvivesRunningOutOfDescriptors";
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  for (std::string* e : {&e1, &e2, &e3}) env.push_back(e->data());
+  env.push_back(nullptr);
+  char exe[] = "/proc/self/exe";
+  char* argv[] = {exe, filter.data(), nullptr};
+  pid_t pid = fork();
+  if (pid == 0) {
+    execve(exe, argv, env.data());
+    _exit(127);
+  }
+  close(up[1]);
+  close(down[0]);
+  ncclUniqueId id;
+  ASSERT_EQ(read(up[0], &id, sizeof id), static_cast<ssize_t>(sizeof id));
+  boot::IdLayout l;
+  std::memcpy(&l, id.internal, sizeof l);
+  auto root = *sock::Address::fromWire(l.root);
+  std::vector<sock::Socket> idle;
+  for (int k = 0; k < 300; ++k) {
+    auto s = sock::Socket::connect(root, sock::Waiter::after(5));
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    idle.push_back(std::move(*s));
+  }
+  ASSERT_EQ(write(down[1], "g", 1), 1);
+  EXPECT_EQ(waitChild(pid, 60), 0);
+  close(up[0]);
+  close(down[1]);
+  std::ifstream f(logPath);
+  std::string line, sample;
+  size_t warns = 0;
+  while (std::getline(f, line))
+    if (line.find("WARN") != std::string::npos && warns++ < 3) sample += line + "\n";
+  std::remove(logPath.c_str());
+  EXPECT_GT(warns, 0u) << "the root should say it ran out of descriptors";
+  EXPECT_LT(warns, 60u) << sample;
+}
+
+// A root that is gone (nothing listens at the id's address) is reported as such after
+// SNCCL_ROOT_REFUSED_TIMEOUT (5 s), not after SNCCL_TIMEOUT (10 s here) of retries.
+TEST(BootstrapStrangers, IdWhoseRootExitedFailsSoonAndSaysSo) {
+  ncclUniqueId id;
+  ASSERT_TRUE(Bootstrap::createUniqueId(&id).ok());
+  boot::IdLayout l;
+  std::memcpy(&l, id.internal, sizeof l);
+  auto gone = *sock::Address::parse("127.0.0.1:" + std::to_string(freeLoopbackPort()));
+  l.root = gone.toWire();
+  std::memcpy(id.internal, &l, sizeof l);
+  Watchdog dog(30);
+  auto t0 = Clock::now();
+  auto r = Bootstrap::init(id, 0, 2, infoFor(0), nullptr);
+  double took = secondsSince(t0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ncclRemoteError);
+  EXPECT_NE(r.status().message().find("nothing listens at " + gone.toString()), std::string::npos)
+      << r.status().message();
+  EXPECT_LT(took, kTimeoutSec - 1.0) << r.status().message();
 }
 
 // ---- SNCCL_COMM_ID -----------------------------------------------------------------

@@ -373,3 +373,24 @@ TEST(LogFreshProcess, FirstUseInFreshProcess) {
 
 }  // namespace
 }  // namespace snccl::log
+
+namespace snccl::log {
+namespace {
+
+// A repeating warning: `burst` lines per period, the rest counted and reported with the
+// next line written.
+TEST(WarnLimiter, BurstThenCountsUntilTheNextPeriod) {
+  using namespace std::chrono_literals;
+  WarnLimiter lim(3, 10s);
+  auto t = WarnLimiter::Clock::now();
+  int written = 0;
+  for (int k = 0; k < 1000; ++k) written += lim.allow(t + std::chrono::milliseconds(k)) ? 1 : 0;
+  EXPECT_EQ(written, 3);
+  EXPECT_EQ(lim.suppressedTotal(), 997u);
+  EXPECT_TRUE(lim.allow(t + 11s));
+  EXPECT_EQ(lim.suppressedNote(), " (997 more like this suppressed)");
+  EXPECT_EQ(lim.suppressedNote(), "");
+}
+
+}  // namespace
+}  // namespace snccl::log

@@ -155,6 +155,14 @@ class Net {
   virtual Status closeRecv(RecvComm* comm, uint32_t abortCode) = 0;
   // The abortCode the peer closed with (0: none, or not known yet).
   virtual uint32_t peerAbortCode(const Comm* comm) const = 0;
+  // True once the peer closed this connection in order (its goodbye arrived; no abort, no
+  // loss): a receive that fails after it is the consequence of the peer's clean close, as
+  // when a rank destroys its communicator while ours still has receives posted for a next
+  // operation. Nets that cannot tell return false.
+  virtual bool peerClosed(const Comm* comm) const {
+    (void)comm;
+    return false;
+  }
   virtual Status closeListen(ListenComm* comm) = 0;
 };
 

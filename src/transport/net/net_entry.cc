@@ -70,8 +70,14 @@ void NetEntry::fail(const Status& s) {
   // where it gets the ranks' names, so a survivor's log says which peer and why. A peer's
   // ABORT is a cascade of a failure reported where it started: not news.
   if (word == 0) {
-    SN_WARN("NET : %s: connection %s: %s", info_.what.c_str(), state_ == State::kSetup ? "setup failed" : "failed",
-            s.message().c_str());
+    // After the peer's goodbye the failure is the consequence of its clean close (its rank
+    // destroyed the communicator while receives for a next operation were posted here): no
+    // warning. The ring is still poisoned, so an operation that waits on it fails and says so.
+    if (c != nullptr && net_->peerClosed(c))
+      SN_INFO(log::kNet, "NET : %s: the peer closed the connection: %s", info_.what.c_str(), s.message().c_str());
+    else
+      SN_WARN("NET : %s: connection %s: %s", info_.what.c_str(), state_ == State::kSetup ? "setup failed" : "failed",
+              s.message().c_str());
     // A system error is this end's own (its link is down, a local call failed): this rank
     // is where the failure started. Anything else on the wire is blamed on the peer.
     int origin = s.code() == ncclSystemError ? info_.rank : info_.peer;

@@ -90,6 +90,8 @@ class Conn {
   // abortCode != 0: ABORT with the code, best effort, no waiting.
   void close(uint32_t abortCode, int lingerMs);
   uint32_t peerAbortCode() const { return peerAbort_; }
+  // The peer's goodbye arrived (Net::peerClosed).
+  bool peerClosed() const { return peerBye_ && peerAbort_ == 0; }
   // Receiver: how many times held credits were queued (each batch goes out in one write
   // when the socket has room). Fewer than the receives posted when batching works.
   uint64_t creditReleases() const { return creditReleases_; }

@@ -212,6 +212,11 @@ class SocketNet : public Net {
     if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.peerAbortCode();
     return 0;
   }
+  bool peerClosed(const Comm* comm) const override {
+    if (auto* s = dynamic_cast<const SocketSend*>(comm)) return s->conn.peerClosed();
+    if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.peerClosed();
+    return false;
+  }
   Status closeListen(ListenComm* comm) override {
     delete static_cast<SocketListen*>(comm);
     return OkStatus();

@@ -23,7 +23,8 @@ namespace {
 using sockwire::Hello;
 using sockwire::HandleWire;
 
-constexpr size_t kMaxPending = 16;  // half-greeted sockets kept per listener
+// A connector greets each socket as soon as it is connected.
+constexpr std::chrono::milliseconds kGreetingDeadline{5000};
 
 bool retryableConnectErrno(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
@@ -109,6 +110,11 @@ Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& 
   l->nstreams_ = nstreams;
   l->tuning_ = tuning;
   l->slots_.resize(size_t(nstreams) + 1);
+  SocketListen* self = l.get();
+  l->greeter_ = std::make_unique<sock::Greeter>(
+      sock::Greeter::Options{"NET/Socket: listener " + l->listener_.peer().toString(), 2 * (size_t(nstreams) + 1) + 16,
+                             kGreetingDeadline},
+      sizeof(Hello), [self](std::span<const std::byte> got) { return self->frameHello(got); });
   HandleWire w{};
   w.magic = sockwire::kMagic;
   w.version = sockwire::kVersion;
@@ -120,65 +126,35 @@ Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& 
   return l;
 }
 
-Status SocketListen::readHello(Pending& p, bool* drop) {
-  *drop = false;
-  while (p.got < sizeof p.hello) {
-    ssize_t k = ::recv(p.sock.fd(), reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got, MSG_DONTWAIT);
-    if (k > 0) {
-      p.got += size_t(k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return OkStatus();
-    *drop = true;  // closed or reset before greeting: not one of ours, or gone
-    return OkStatus();
-  }
-  const Hello& h = p.hello;
-  if (h.magic != sockwire::kMagic || h.nonce != nonce_ || h.version != sockwire::kVersion) {
-    SN_WARN("NET/Socket: dropped a connection from %s to %s: it did not present this listener's key",
-            p.sock.peer().toString().c_str(), listener_.peer().toString().c_str());
-    *drop = true;
-    return OkStatus();
-  }
+Result<size_t> SocketListen::frameHello(std::span<const std::byte> got) const {
+  Hello h;
+  std::memcpy(&h, got.data(), sizeof h);
+  if (h.magic != sockwire::kMagic || h.nonce != nonce_ || h.version != sockwire::kVersion)
+    return InvalidUsage("it did not present this listener's key");
+  return got.size();
+}
+
+Status SocketListen::place(sock::Greeter::Greeted g) {
+  Hello h;
+  std::memcpy(&h, g.bytes.data(), sizeof h);
   if (h.nstreams != nstreams_ || h.index > nstreams_ || slots_[h.index].valid())
     return InternalError("NET/Socket: connection from %s announced socket %u of %u, expected %d streams",
-                         p.sock.peer().toString().c_str(), h.index, h.nstreams, nstreams_);
-  SNCCL_TRY(tuneSocket(p.sock.fd(), tuning_));
-  slots_[h.index] = std::move(p.sock);
+                         g.sock.peer().toString().c_str(), h.index, h.nstreams, nstreams_);
+  SNCCL_TRY(tuneSocket(g.sock.fd(), tuning_));
+  slots_[h.index] = std::move(g.sock);
   ++have_;
-  *drop = true;  // moved out of the pending list
   return OkStatus();
 }
 
 Result<std::vector<sock::Socket>> SocketListen::tryAccept() {
-  for (;;) {
-    SNCCL_ASSIGN_OR_RETURN(sock::Socket s, listener_.tryAccept());
-    if (!s.valid()) break;
-    if (pending_.size() >= kMaxPending) {
-      SN_WARN("NET/Socket: %s: too many connections that have not greeted; dropping one from %s",
-              listener_.peer().toString().c_str(), s.peer().toString().c_str());
-      continue;
-    }
-    pending_.push_back(Pending{std::move(s), {}, 0});
-  }
-  for (size_t i = 0; i < pending_.size();) {
-    bool drop = false;
-    SNCCL_TRY(readHello(pending_[i], &drop));
-    if (drop) {
-      pending_.erase(pending_.begin() + long(i));
-    } else {
-      ++i;
-    }
-  }
+  // The proxy polled pollFds() but does not hand back what was ready: try everything.
+  for (auto& g : greeter_->service(listener_, {})) SNCCL_TRY(place(std::move(g)));
   if (have_ < nstreams_ + 1) return std::vector<sock::Socket>();
   have_ = 0;
   return std::move(slots_);
 }
 
-void SocketListen::pollFds(std::vector<pollfd>* fds) const {
-  fds->push_back(pollfd{listener_.fd(), POLLIN, 0});
-  for (const Pending& p : pending_) fds->push_back(pollfd{p.sock.fd(), POLLIN, 0});
-}
+void SocketListen::pollFds(std::vector<pollfd>* fds) const { greeter_->pollFds(listener_, fds); }
 
 // ---- Connector ---------------------------------------------------------------------
 

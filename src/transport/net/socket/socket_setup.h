@@ -5,7 +5,9 @@
 // stream count, random nonce} in the handle. The sender opens 1 + nstreams sockets to it;
 // each starts with a Hello carrying the nonce and its index. The listener keeps only
 // sockets that present its nonce, so a stray or hostile connection to the port is
-// dropped instead of being mistaken for a stream. With no streams the connection is the
+// dropped instead of being mistaken for a stream. All 1 + nstreams sockets may arrive
+// before any has greeted, so the listener holds that many (twice, plus some) pending
+// sockets; each must greet within sock::Greeter's deadline. With no streams the connection is the
 // control socket alone: the IB net's out-of-band path (ib/ib_conn.h).
 #pragma once
 
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/greeter.h"
 #include "common/socket.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_wire.h"
@@ -53,18 +56,15 @@ class SocketListen : public ListenComm {
   const sock::Address& address() const { return listener_.peer(); }
 
  private:
-  struct Pending {
-    sock::Socket sock;
-    sockwire::Hello hello;
-    size_t got;
-  };
-  Status readHello(Pending& p, bool* drop);
+  // The greeting of one socket: a Hello with this listener's nonce (sock::Greeter::Framer).
+  Result<size_t> frameHello(std::span<const std::byte> got) const;
+  Status place(sock::Greeter::Greeted g);
 
   sock::Socket listener_;
   uint64_t nonce_ = 0;
   int nstreams_ = 0;
   SocketTuning tuning_;
-  std::vector<Pending> pending_;
+  std::unique_ptr<sock::Greeter> greeter_;  // sockets accepted, not yet greeted
   std::vector<sock::Socket> slots_;  // [0] control, [1..] streams
   int have_ = 0;
 };
