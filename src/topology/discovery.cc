@@ -23,21 +23,8 @@ namespace {
 
 // "0-3,8" -> {0,1,2,3,8}; empty on anything unexpected.
 std::vector<int> parseList(const std::string& s) {
-  std::vector<int> out;
-  size_t i = 0;
-  while (i < s.size() && s[i] != '\n') {
-    char* end = nullptr;
-    long lo = std::strtol(s.c_str() + i, &end, 10), hi = lo;
-    if (end == s.c_str() + i) return {};
-    i = static_cast<size_t>(end - s.c_str());
-    if (i < s.size() && s[i] == '-') {
-      hi = std::strtol(s.c_str() + i + 1, &end, 10);
-      i = static_cast<size_t>(end - s.c_str());
-    }
-    for (long c = lo; c <= hi && c - lo < 65536; ++c) out.push_back(static_cast<int>(c));
-    if (i < s.size() && s[i] == ',') ++i;
-  }
-  return out;
+  Result<std::vector<int>> r = parseCpuRanges(s);
+  return r.ok() ? std::move(r).value() : std::vector<int>{};
 }
 
 std::string readSmall(const std::string& path) {
