@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/no_throw.h"
 #include "common/params.h"
 #include "topology/hwloc_import.h"
 #include "topology/nccl_xml.h"
@@ -169,7 +170,9 @@ const char* formatName(FileFormat f) {
   return "unknown";
 }
 
-Result<System> loadTopologyFile(const std::string& path) {
+namespace {
+
+Result<System> loadFile(const std::string& path) {
   SNCCL_ASSIGN_OR_RETURN(std::string text, readTextFile(path));
   switch (sniffFormat(text)) {
     case FileFormat::kNcclXml: return readNcclXml(text, path);
@@ -185,6 +188,12 @@ Result<System> loadTopologyFile(const std::string& path) {
   return InvalidArgument("%s:1: not a topology file (expected NCCL topology XML <system>, hwloc XML <topology> "
                          "or `nvidia-smi topo -m` output)",
                          path.c_str());
+}
+
+}  // namespace
+
+Result<System> loadTopologyFile(const std::string& path) {
+  return noThrow(path.c_str(), [&] { return loadFile(path); });
 }
 
 Result<System> mergeDetected(const System& file, const System& live) {
@@ -240,7 +249,15 @@ Result<System> fileOrDiscovery() {
     return sys;
   }
   Result<System> fromFile = loadTopologyFile(file);
-  if (!fromFile.ok()) return Status(fromFile.status()).addContext(params::source(params::Id::TopoFile));
+  if (!fromFile.ok()) {
+    // As NCCL does: a topology file that cannot be used is reported, and the machine's own
+    // topology is used instead (a file is a hint; the job still runs).
+    SN_WARN("%s=%s cannot be used, detecting the topology instead: %s", params::source(params::Id::TopoFile),
+            file.c_str(), fromFile.status().message().c_str());
+    SNCCL_ASSIGN_OR_RETURN(System sys, discoverLocal());
+    logSystem(sys, "discovery");
+    return sys;
+  }
   // As NCCL does, the file describes this machine and discovery fills in what it lacks.
   SNCCL_ASSIGN_OR_RETURN(System live, discoverLocal());
   SNCCL_ASSIGN_OR_RETURN(System sys, mergeDetected(fromFile.value(), live));
@@ -256,7 +273,7 @@ const Result<System>& processSystem() {
 }
 
 Result<System> systemForThisProcess() {
-  SNCCL_ASSIGN_OR_RETURN(System sys, fileOrDiscovery());
+  SNCCL_ASSIGN_OR_RETURN(System sys, noThrow("topology", [] { return fileOrDiscovery(); }));
   const std::string& dump = params::getString(params::Id::TopoDumpFile);
   if (!dump.empty()) {
     Status st = writeNcclXmlFile(sys, dump);

@@ -26,16 +26,30 @@ std::string writeTemp(const std::string& name, const std::string& text) {
   return p;
 }
 
-// Loads `path` in a child process whose address space is capped at `maxBytes`, so a
+// The address space this process uses now (VmSize), in bytes.
+size_t currentVm() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmSize: %zu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// Loads `path` in a child process whose address space is capped at `maxBytes` (or, with
+// `headroom`, at what it already uses plus maxBytes), so a
 // reader that grows without bound fails here instead of taking the machine. Returns the
 // child's verdict: "ok", the error message, or how the child died.
-std::string loadBounded(const std::string& path, size_t maxBytes) {
+std::string loadBounded(const std::string& path, size_t maxBytes, bool headroom = false) {
   int fds[2];
   if (pipe(fds) != 0) return "pipe failed";
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    if (headroom) maxBytes += currentVm();
     struct rlimit rl {maxBytes, maxBytes};
     setrlimit(RLIMIT_AS, &rl);
 #else
@@ -199,6 +213,19 @@ TEST(TopoLimits, RepeatedCpuRangesCostNothing) {
   std::string smi = "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t" + cell + "\t0\n";
   std::string p = writeTemp("smi.txt", smi);
   EXPECT_EQ(loadBounded(p, kMemCap), "ok");
+  std::remove(p.c_str());
+}
+
+// Memory running out while reading (std::bad_alloc) is an error, not an exception through
+// the caller (the C API's init would abort the user's process).
+TEST(TopoLimits, OutOfMemoryWhileReadingIsAnError) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "needs RLIMIT_AS, which sanitizers cannot run under";
+#endif
+  std::string p = writeTemp("sw8k.xml", switches(static_cast<int>(kMaxNodes) - 1));
+  std::string verdict = loadBounded(p, size_t(1) << 20, true);
+  EXPECT_NE(verdict.find("out of memory"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find(p), std::string::npos) << verdict;
   std::remove(p.c_str());
 }
 
