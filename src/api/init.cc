@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "api/export.h"
+#include "common/no_throw.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
@@ -33,7 +34,7 @@ SNCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, nc
   *comm = nullptr;
   CommConfig cfg;
   Status st = configFor(config, &cfg);
-  if (st.ok()) st = commInitRank(comm, nranks, commId, rank, cfg);
+  if (st.ok()) st = noThrow("init", [&] { return commInitRank(comm, nranks, commId, rank, cfg); });
   return apiResult(st, "ncclCommInitRankConfig");
 }
 
@@ -42,7 +43,7 @@ SNCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniq
   *comm = nullptr;
   CommConfig cfg;
   Status st = configFor(nullptr, &cfg);
-  if (st.ok()) st = commInitRank(comm, nranks, commId, rank, cfg);
+  if (st.ok()) st = noThrow("init", [&] { return commInitRank(comm, nranks, commId, rank, cfg); });
   return apiResult(st, "ncclCommInitRank");
 }
 
@@ -54,7 +55,7 @@ SNCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nrank
   CommConfig cfg;
   Status st = configFor(config, &cfg);
   // Every rank passes the same id list; the first id's root serves all ranks.
-  if (st.ok()) st = commInitRank(newcomm, nranks, commIds[0], myrank, cfg);
+  if (st.ok()) st = noThrow("init", [&] { return commInitRank(newcomm, nranks, commIds[0], myrank, cfg); });
   return apiResult(st, "ncclCommInitRankScalable");
 }
 
@@ -81,7 +82,7 @@ SNCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int*
       CommConfig cfg;
       cfg.blocking = true;
       cfg.cudaDev = devlist ? devlist[i] : i;
-      results[i] = commInitRank(&comms[i], ndev, id, i, cfg);
+      results[i] = noThrow("init", [&] { return commInitRank(&comms[i], ndev, id, i, cfg); });
     });
   }
   for (auto& t : threads) t.join();
@@ -108,7 +109,7 @@ SNCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, nccl
     cfg.maxChannels = comm->config.maxChannels;
     if (config != nullptr) st = configFor(config, &cfg);
   }
-  if (st.ok()) st = commSplit(comm, color, key, newcomm, cfg);
+  if (st.ok()) st = noThrow("split", [&] { return commSplit(comm, color, key, newcomm, cfg); });
   return apiResult(st, "ncclCommSplit");
 }
 
@@ -126,7 +127,9 @@ SNCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, 
     cfg.maxChannels = comm->config.maxChannels;
     if (config != nullptr) st = configFor(config, &cfg);
   }
-  if (st.ok()) st = commShrink(comm, excludeRanksList, excludeRanksCount, newcomm, cfg, shrinkFlags);
+  if (st.ok()) {
+    st = noThrow("shrink", [&] { return commShrink(comm, excludeRanksList, excludeRanksCount, newcomm, cfg, shrinkFlags); });
+  }
   return apiResult(st, "ncclCommShrink");
 }
 

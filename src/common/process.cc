@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace snccl {
@@ -35,6 +36,27 @@ bool processGone(pid_t pid) {
   if (rp == nullptr || rp[1] != ' ') return false;
   char state = rp[2];
   return state == 'Z' || state == 'X' || state == 'x';
+}
+
+uint64_t processStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // Fields after "(comm)": state is field 3, starttime field 22.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  ++p;
+  // p is at the space before field 3; each step moves to the space before the next field.
+  for (int field = 3; field < 22 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
+  if (p == nullptr) return 0;
+  return std::strtoull(p + 1, nullptr, 10);
 }
 
 }  // namespace snccl

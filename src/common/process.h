@@ -15,4 +15,9 @@ uint64_t pidNamespaceId();
 // reaped by its parent: kill(pid, 0) still succeeds on it) or being torn down.
 bool processGone(pid_t pid);
 
+// When `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22); 0 when it
+// does not exist or cannot be read. A pid and its start time name one process even after
+// the pid is reused.
+uint64_t processStartTime(pid_t pid);
+
 }  // namespace snccl

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/no_throw.h"
 #include "common/params.h"
 #include "topology/hwloc_import.h"
 #include "topology/nccl_xml.h"
@@ -23,21 +24,8 @@ namespace {
 
 // "0-3,8" -> {0,1,2,3,8}; empty on anything unexpected.
 std::vector<int> parseList(const std::string& s) {
-  std::vector<int> out;
-  size_t i = 0;
-  while (i < s.size() && s[i] != '\n') {
-    char* end = nullptr;
-    long lo = std::strtol(s.c_str() + i, &end, 10), hi = lo;
-    if (end == s.c_str() + i) return {};
-    i = static_cast<size_t>(end - s.c_str());
-    if (i < s.size() && s[i] == '-') {
-      hi = std::strtol(s.c_str() + i + 1, &end, 10);
-      i = static_cast<size_t>(end - s.c_str());
-    }
-    for (long c = lo; c <= hi && c - lo < 65536; ++c) out.push_back(static_cast<int>(c));
-    if (i < s.size() && s[i] == ',') ++i;
-  }
-  return out;
+  Result<std::vector<int>> r = parseCpuRanges(s);
+  return r.ok() ? std::move(r).value() : std::vector<int>{};
 }
 
 std::string readSmall(const std::string& path) {
@@ -182,7 +170,9 @@ const char* formatName(FileFormat f) {
   return "unknown";
 }
 
-Result<System> loadTopologyFile(const std::string& path) {
+namespace {
+
+Result<System> loadFile(const std::string& path) {
   SNCCL_ASSIGN_OR_RETURN(std::string text, readTextFile(path));
   switch (sniffFormat(text)) {
     case FileFormat::kNcclXml: return readNcclXml(text, path);
@@ -198,6 +188,12 @@ Result<System> loadTopologyFile(const std::string& path) {
   return InvalidArgument("%s:1: not a topology file (expected NCCL topology XML <system>, hwloc XML <topology> "
                          "or `nvidia-smi topo -m` output)",
                          path.c_str());
+}
+
+}  // namespace
+
+Result<System> loadTopologyFile(const std::string& path) {
+  return noThrow(path.c_str(), [&] { return loadFile(path); });
 }
 
 Result<System> mergeDetected(const System& file, const System& live) {
@@ -253,7 +249,15 @@ Result<System> fileOrDiscovery() {
     return sys;
   }
   Result<System> fromFile = loadTopologyFile(file);
-  if (!fromFile.ok()) return Status(fromFile.status()).addContext(params::source(params::Id::TopoFile));
+  if (!fromFile.ok()) {
+    // As NCCL does: a topology file that cannot be used is reported, and the machine's own
+    // topology is used instead (a file is a hint; the job still runs).
+    SN_WARN("%s=%s cannot be used, detecting the topology instead: %s", params::source(params::Id::TopoFile),
+            file.c_str(), fromFile.status().message().c_str());
+    SNCCL_ASSIGN_OR_RETURN(System sys, discoverLocal());
+    logSystem(sys, "discovery");
+    return sys;
+  }
   // As NCCL does, the file describes this machine and discovery fills in what it lacks.
   SNCCL_ASSIGN_OR_RETURN(System live, discoverLocal());
   SNCCL_ASSIGN_OR_RETURN(System sys, mergeDetected(fromFile.value(), live));
@@ -269,7 +273,7 @@ const Result<System>& processSystem() {
 }
 
 Result<System> systemForThisProcess() {
-  SNCCL_ASSIGN_OR_RETURN(System sys, fileOrDiscovery());
+  SNCCL_ASSIGN_OR_RETURN(System sys, noThrow("topology", [] { return fileOrDiscovery(); }));
   const std::string& dump = params::getString(params::Id::TopoDumpFile);
   if (!dump.empty()) {
     Status st = writeNcclXmlFile(sys, dump);

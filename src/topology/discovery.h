@@ -31,6 +31,7 @@ Result<System> discoverLocal(const DiscoveryOptions& opt = {}, DiscoveryReport* 
 enum class FileFormat { kNcclXml, kHwlocXml, kNvidiaSmi, kUnknown };
 FileFormat sniffFormat(const std::string& text);
 const char* formatName(FileFormat f);
+// Never throws (an exhausted allocation is ncclSystemError).
 Result<System> loadTopologyFile(const std::string& path);
 
 // A file's System completed with live devices by bus id: bare <pci> GPUs/NICs of partial
@@ -39,7 +40,9 @@ Result<System> loadTopologyFile(const std::string& path);
 Result<System> mergeDetected(const System& file, const System& live);
 
 // SNCCL_TOPO_FILE (merged with discovery when it lacks GPU or NIC data) or discovery;
-// then SNCCL_TOPO_DUMP_FILE if set.
+// then SNCCL_TOPO_DUMP_FILE if set. A topology file that is missing or refused is a WARN
+// naming the path and the reason, and discovery is used instead (NCCL's behaviour).
+// Never throws: exceptions of the readers become errors.
 Result<System> systemForThisProcess();
 
 // systemForThisProcess(), computed once per process (hwloc is slow to load) and reused.

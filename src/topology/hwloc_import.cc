@@ -12,6 +12,8 @@
 #include <map>
 
 #include "topology/bandwidth.h"
+#include "topology/hwloc_check.h"
+#include "topology/limits.h"
 #include "topology/xml.h"
 
 #if SNCCL_HAVE_HWLOC
@@ -191,7 +193,9 @@ class Importer {
       CpuAttrs c;
       c.numaId = static_cast<int>(numa->os_index);
       std::vector<int> list;
-      if (numa->cpuset != nullptr) {
+      // A cpuset beyond kMaxCpuId (or infinite) would expand bit by bit; leave it unknown.
+      if (numa->cpuset != nullptr && hwloc_bitmap_weight(numa->cpuset) >= 0 &&
+          hwloc_bitmap_last(numa->cpuset) <= kMaxCpuId) {
         int i;
         hwloc_bitmap_foreach_begin(i, numa->cpuset) list.push_back(i);
         hwloc_bitmap_foreach_end();
@@ -363,26 +367,29 @@ struct Topology {
   }
 };
 
-Result<SystemBuilder> load(const std::string* xmlPath) {
+// xml: the checked text of an XML export (`what` names it), or nullptr for this machine.
+Result<SystemBuilder> load(const std::string* xml, const std::string& what) {
   Topology topo;
-  const char* what = xmlPath != nullptr ? xmlPath->c_str() : "this machine";
   if (hwloc_topology_init(&topo.t) != 0) return ErrnoError(errno, "hwloc_topology_init failed");
-  if (xmlPath != nullptr && hwloc_topology_set_xml(topo.t, xmlPath->c_str()) != 0) {
-    return ErrnoError(errno, "hwloc cannot use %s as XML input", what);
+  // hwloc gets the very text snccl checked (hwloc_check.h), never the path again.
+  if (xml != nullptr && hwloc_topology_set_xmlbuffer(topo.t, xml->c_str(), static_cast<int>(xml->size() + 1)) != 0) {
+    return ErrnoError(errno, "hwloc cannot use %s as XML input", what.c_str());
   }
   // Live: hwloc's linux component reads the PCI tree from sysfs; its "pci" plugin
   // (libpciaccess) finds nothing more here, is slower and leaks on every load.
-  if (xmlPath == nullptr) hwloc_topology_set_components(topo.t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+  if (xml == nullptr) hwloc_topology_set_components(topo.t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
   // The default I/O filter (KEEP_NONE) would drop every PCI device, even from XML.
-  hwloc_topology_set_io_types_filter(topo.t, xmlPath != nullptr ? HWLOC_TYPE_FILTER_KEEP_ALL
-                                                                : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  if (hwloc_topology_load(topo.t) != 0) return ErrnoError(errno, "hwloc could not load the topology of %s", what);
-  return Importer(topo.t, xmlPath == nullptr).run();
+  hwloc_topology_set_io_types_filter(topo.t, xml != nullptr ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                            : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(topo.t) != 0) {
+    return ErrnoError(errno, "hwloc could not load the topology of %s", what.c_str());
+  }
+  return Importer(topo.t, xml == nullptr).run();
 }
 
 }  // namespace
 
-Result<SystemBuilder> hwlocBuilderLive() { return load(nullptr); }
+Result<SystemBuilder> hwlocBuilderLive() { return load(nullptr, "this machine"); }
 
 #else  // !SNCCL_HAVE_HWLOC
 
@@ -391,8 +398,8 @@ bool hwlocAvailable() { return false; }
 std::string hwlocDescription() { return "built without hwloc"; }
 
 namespace {
-Result<SystemBuilder> load(const std::string* path) {
-  return InvalidUsage("%s: this snccl was built without hwloc (libhwloc-dev), it cannot read hwloc XML", path->c_str());
+Result<SystemBuilder> load(const std::string*, const std::string& what) {
+  return InvalidUsage("%s: this snccl was built without hwloc (libhwloc-dev), it cannot read hwloc XML", what.c_str());
 }
 }  // namespace
 
@@ -401,14 +408,16 @@ Result<SystemBuilder> hwlocBuilderLive() { return InvalidUsage("this snccl was b
 #endif
 
 Result<SystemBuilder> hwlocBuilderFromXml(const std::string& path) {
-  // Our own parse first: hwloc's errors carry no line numbers and go to stderr.
+  // Our own parse and checks first: hwloc's errors carry no line numbers and go to
+  // stderr, and some malformed files crash it (hwloc_check.h).
   SNCCL_ASSIGN_OR_RETURN(std::string text, readTextFile(path));
   SNCCL_ASSIGN_OR_RETURN(XmlElement root, parseXml(text, path));
   if (root.name != "topology") {
     return InvalidArgument("%s:%d: root element is <%s>, expected hwloc's <topology>", path.c_str(), root.line,
                            root.name.c_str());
   }
-  return load(&path);
+  SNCCL_TRY(checkHwlocXml(root, path));
+  return load(&text, path);
 }
 
 Result<System> systemFromHwlocXml(const std::string& path) {

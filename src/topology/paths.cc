@@ -9,28 +9,57 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "topology/bandwidth.h"
 #include "topology/system.h"
 
 namespace snccl::topo {
+
+using Links = std::vector<std::vector<Link>>;
+
+// Link bandwidth by (a, b, type) in constant time: a CPU has a link to every device below
+// it, so scanning its list for each pair of endpoints would cost nodes x endpoints^2.
+class LinkIndex {
+ public:
+  explicit LinkIndex(const Links& links) {
+    for (size_t a = 0; a < links.size(); ++a)
+      for (const Link& l : links[a]) {
+        double& v = bw_[key(static_cast<int>(a), l.to, l.type)];
+        if (v == 0) v = l.bw;  // the first link of a type wins, as the linear scan did
+        if (l.type == LinkType::kLoc) loc_[static_cast<int>(a)].push_back(l.to);
+      }
+  }
+  double bw(int a, int b, LinkType type) const {
+    auto it = bw_.find(key(a, b, type));
+    return it == bw_.end() ? 0 : it->second;
+  }
+  // The <pcilink> peers of a node.
+  const std::vector<int>& loc(int a) const {
+    static const std::vector<int> kNone;
+    auto it = loc_.find(a);
+    return it == loc_.end() ? kNone : it->second;
+  }
+
+ private:
+  static uint64_t key(int a, int b, LinkType t) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 35) | (static_cast<uint64_t>(static_cast<uint32_t>(b)) << 3) |
+           static_cast<uint64_t>(t);
+  }
+  std::unordered_map<uint64_t, double> bw_;
+  std::unordered_map<int, std::vector<int>> loc_;
+};
+
 namespace {
 
 constexpr int64_t kClassNvs = 0x068000;
 constexpr int64_t kClassCpu = 0x068001;
 
-using Links = std::vector<std::vector<Link>>;
-
 void addLink(Links& links, int a, int b, LinkType type, double bw) {
   links[static_cast<size_t>(a)].push_back({b, type, bw});
   links[static_cast<size_t>(b)].push_back({a, type, bw});
-}
-
-double linkBw(const Links& links, int a, int b, LinkType type) {
-  for (const Link& l : links[static_cast<size_t>(a)])
-    if (l.to == b && l.type == type) return l.bw;
-  return 0;
 }
 
 int rootOf(const std::vector<Node>& nodes, int id) {
@@ -96,7 +125,8 @@ void addNvlinks(const System& sys, std::vector<Node>& nodes, Links& links, const
   }
 }
 
-void addStaticLinks(std::vector<Node>& nodes, Links& links, std::span<const int> cpus) {
+void addStaticLinks(std::vector<Node>& nodes, Links& links, std::span<const int> cpus,
+                    const std::unordered_map<std::string, int>& busIndex) {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].parent >= 0) addLink(links, static_cast<int>(i), nodes[i].parent, LinkType::kPci, treeLinkBw(nodes[i]));
   for (size_t i = 0; i < cpus.size(); ++i)
@@ -106,12 +136,10 @@ void addStaticLinks(std::vector<Node>& nodes, Links& links, std::span<const int>
   std::set<std::pair<int, int>> seen;
   for (size_t i = 0; i < nodes.size(); ++i) {
     for (const std::string& t : nodes[i].pciLinks) {
-      std::string norm = normalizeBusId(t);
-      for (size_t j = 0; j < nodes.size(); ++j) {
-        if (j == i || nodes[j].pci.busId != norm) continue;
-        auto key = std::minmax(static_cast<int>(i), static_cast<int>(j));
-        if (seen.insert(key).second) addLink(links, key.first, key.second, LinkType::kLoc, bw::kLoc);
-      }
+      auto it = busIndex.find(normalizeBusId(t));
+      if (it == busIndex.end() || it->second == static_cast<int>(i)) continue;
+      auto key = std::minmax(static_cast<int>(i), it->second);
+      if (seen.insert(key).second) addLink(links, key.first, key.second, LinkType::kLoc, bw::kLoc);
     }
   }
 }
@@ -125,7 +153,8 @@ struct Up {
 
 class PathCalc {
  public:
-  PathCalc(const std::vector<Node>& nodes, const Links& links, int nvs) : nodes_(nodes), links_(links), nvs_(nvs) {}
+  PathCalc(const std::vector<Node>& nodes, const Links& links, const LinkIndex& index, int nvs)
+      : nodes_(nodes), links_(links), index_(index), nvs_(nvs) {}
 
   Path treePath(int a, int b) const;
 
@@ -133,7 +162,7 @@ class PathCalc {
     if (a == b) return {PathType::kLoc, bw::kLoc, 0};
     NodeType ta = type(a), tb = type(b);
     if (ta == NodeType::kNvs || tb == NodeType::kNvs) {
-      double v = linkBw(links_, a, b, LinkType::kNvl);
+      double v = index_.bw(a, b, LinkType::kNvl);
       return v > 0 ? Path{PathType::kNvl, v, 1} : Path{};
     }
     if (ta == NodeType::kGpu && tb == NodeType::kGpu) {
@@ -143,8 +172,8 @@ class PathCalc {
     if (ta == NodeType::kGpu || tb == NodeType::kGpu) {
       int g = ta == NodeType::kGpu ? a : b, o = g == a ? b : a;
       if (type(o) == NodeType::kCpu) {
-        if (double v = linkBw(links_, g, o, LinkType::kNvl); v > 0) return {PathType::kNvl, v, 1};
-        if (double v = linkBw(links_, g, o, LinkType::kC2c); v > 0) return {PathType::kC2c, v, 1};
+        if (double v = index_.bw(g, o, LinkType::kNvl); v > 0) return {PathType::kNvl, v, 1};
+        if (double v = index_.bw(g, o, LinkType::kC2c); v > 0) return {PathType::kC2c, v, 1};
       }
     }
     return treeRoute(a, b);
@@ -154,7 +183,7 @@ class PathCalc {
   NodeType type(int id) const { return nodes_[static_cast<size_t>(id)].type; }
   const Node& node(int id) const { return nodes_[static_cast<size_t>(id)]; }
 
-  double nvl(int a, int b) const { return linkBw(links_, a, b, LinkType::kNvl); }
+  double nvl(int a, int b) const { return index_.bw(a, b, LinkType::kNvl); }
 
   Path nvlinkPath(int a, int b) const {
     // Direct links or the NVSwitch, whichever is wider (a GPU may have both).
@@ -191,8 +220,8 @@ class PathCalc {
     double v = c.back().bw;
     int cpu = c.back().node, dev = c.front().node;
     if (type(dev) == NodeType::kGpu) {
-      v = std::max(v, linkBw(links_, dev, cpu, LinkType::kNvl));
-      v = std::max(v, linkBw(links_, dev, cpu, LinkType::kC2c));
+      v = std::max(v, index_.bw(dev, cpu, LinkType::kNvl));
+      v = std::max(v, index_.bw(dev, cpu, LinkType::kC2c));
     }
     return v;
   }
@@ -203,22 +232,28 @@ class PathCalc {
     return -1;
   }
 
+  const std::vector<Up>& chainOf(int id) const {
+    auto it = chains_.find(id);
+    if (it == chains_.end()) it = chains_.emplace(id, chain(id)).first;
+    return it->second;
+  }
+
   Path treeRoute(int a, int b) const {
-    std::vector<Up> ca = chain(a), cb = chain(b);
+    const std::vector<Up>& ca = chainOf(a);
+    const std::vector<Up>& cb = chainOf(b);
     int ra = ca.back().node, rb = cb.back().node;
     int hops = static_cast<int>(ca.size() + cb.size()) - 2;
     if (ra != rb) {
-      double v = std::min({toCpuBw(ca), linkBw(links_, ra, rb, LinkType::kSys), toCpuBw(cb)});
+      double v = std::min({toCpuBw(ca), index_.bw(ra, rb, LinkType::kSys), toCpuBw(cb)});
       return {PathType::kSys, v, hops + 1};
     }
-    size_t ia = 0, ib = 0;
-    for (ia = 0; ia < ca.size(); ++ia) {
-      auto it = std::find_if(cb.begin(), cb.end(), [&](const Up& u) { return u.node == ca[ia].node; });
-      if (it != cb.end()) {
-        ib = static_cast<size_t>(it - cb.begin());
-        break;
-      }
-    }
+    // Both chains end at the same root: the lowest common node is where they part,
+    // counted from the root (linear in the depth).
+    size_t common = 0;
+    while (common < ca.size() && common < cb.size() &&
+           ca[ca.size() - 1 - common].node == cb[cb.size() - 1 - common].node)
+      ++common;
+    size_t ia = ca.size() - common, ib = cb.size() - common;
     Path p{classify(ca, cb, ia, ib), std::min(ca[ia].bw, cb[ib].bw), static_cast<int>(ia + ib)};
     if (p.type >= PathType::kPhb) p = viaPciLink(ca, cb, p);
     return p;
@@ -239,10 +274,9 @@ class PathCalc {
   // A <pcilink> between switches above a and b keeps the route below the CPU: PXB.
   Path viaPciLink(const std::vector<Up>& ca, const std::vector<Up>& cb, Path p) const {
     for (size_t i = 1; i < ca.size(); ++i) {
-      for (const Link& l : links_[static_cast<size_t>(ca[i].node)]) {
-        if (l.type != LinkType::kLoc) continue;
+      for (int to : index_.loc(ca[i].node)) {
         for (size_t j = 1; j < cb.size(); ++j) {
-          if (cb[j].node != l.to) continue;
+          if (cb[j].node != to) continue;
           return {PathType::kPxb, std::min(ca[i].bw, cb[j].bw), static_cast<int>(i + j + 1)};
         }
       }
@@ -252,7 +286,9 @@ class PathCalc {
 
   const std::vector<Node>& nodes_;
   const Links& links_;
+  const LinkIndex& index_;
   int nvs_;
+  mutable std::unordered_map<int, std::vector<Up>> chains_;  // per endpoint, built on first use
 };
 
 Path PathCalc::treePath(int a, int b) const {
@@ -294,32 +330,44 @@ Status deriveGraph(System* sys, const std::vector<std::string>& nvSwitches) {
     sys->nvs_ = static_cast<int>(nodes.size());
     nodes.push_back(std::move(nvs));
   }
+  std::vector<int> endpoints;
+  sys->endpoint_.assign(nodes.size(), -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     NodeType t = nodes[i].type;
     if (t == NodeType::kCpu) sys->cpus_.push_back(static_cast<int>(i));
     if (t == NodeType::kGpu) sys->gpus_.push_back(static_cast<int>(i));
     if (t == NodeType::kNic) sys->nics_.push_back(static_cast<int>(i));
+    if (!nodes[i].pci.busId.empty()) sys->busIndex_.emplace(nodes[i].pci.busId, static_cast<int>(i));
+    if (isEndpoint(t)) {
+      sys->endpoint_[i] = static_cast<int>(endpoints.size());
+      endpoints.push_back(static_cast<int>(i));
+    }
   }
   std::stable_sort(sys->gpus_.begin(), sys->gpus_.end(), [&](int x, int y) {
     int dx = nodes[static_cast<size_t>(x)].gpu.dev, dy = nodes[static_cast<size_t>(y)].gpu.dev;
     return (dx < 0 ? INT_MAX : dx) < (dy < 0 ? INT_MAX : dy);
   });
+  sys->ordinal_.assign(nodes.size(), -1);
+  for (const std::vector<int>* ids : {&sys->cpus_, &sys->gpus_, &sys->nics_})
+    for (size_t k = 0; k < ids->size(); ++k) sys->ordinal_[static_cast<size_t>((*ids)[k])] = static_cast<int>(k);
 
   Links& links = sys->links_;
   links.assign(nodes.size(), {});
-  addStaticLinks(nodes, links, sys->cpus_);
+  addStaticLinks(nodes, links, sys->cpus_, sys->busIndex_);
   addNvlinks(*sys, nodes, links, switches, sys->nvs_, &sys->notes_);
 
-  size_t n = nodes.size();
+  // Paths between endpoints only: PCI switches never end a path, so a file of many
+  // switches costs memory linear in them.
+  size_t n = endpoints.size();
+  sys->nEndpoints_ = n;
   sys->paths_.assign(n * n, Path{});
-  PathCalc calc(nodes, links, sys->nvs_);
-  for (size_t a = 0; a < n; ++a) {
-    if (!isEndpoint(nodes[a].type)) continue;
-    for (size_t b = 0; b < n; ++b)
-      if (isEndpoint(nodes[b].type)) sys->paths_[a * n + b] = calc.compute(static_cast<int>(a), static_cast<int>(b));
-  }
+  auto index = std::make_shared<const LinkIndex>(links);
+  sys->linkIndex_ = index;
+  PathCalc calc(nodes, links, *index, sys->nvs_);
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b) sys->paths_[a * n + b] = calc.compute(endpoints[a], endpoints[b]);
 
-  std::vector<int> load(n, 0);
+  std::vector<int> load(nodes.size(), 0);
   for (int g : sys->gpus_) {
     int best = -1;
     for (int nic : sys->nics_) {
@@ -333,7 +381,10 @@ Status deriveGraph(System* sys, const std::vector<std::string>& nvSwitches) {
   return OkStatus();
 }
 
-Path System::pciPath(int a, int b) const { return PathCalc(nodes_, links_, nvs_).treePath(a, b); }
+Path System::pciPath(int a, int b) const {
+  if (linkIndex_ == nullptr) return {};
+  return PathCalc(nodes_, links_, *linkIndex_, nvs_).treePath(a, b);
+}
 
 int System::nearestNic(int id) const {
   int best = -1;

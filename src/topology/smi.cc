@@ -1,6 +1,8 @@
 // nvidia-smi topo -m: parser and System synthesizer.
 #include "topology/smi.h"
 
+#include "topology/limits.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <numeric>
 
 #include "topology/bandwidth.h"
+#include "topology/limits.h"
 #include "topology/xml.h"
 
 namespace snccl::topo {
@@ -37,26 +40,10 @@ bool validCell(std::string& c) {
   return false;
 }
 
-// "0-35,72-107" -> cpu list; "" for N/A or anything else.
-std::vector<int> parseCpuRanges(const std::string& s) {
-  std::vector<int> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    char* end = nullptr;
-    long lo = std::strtol(s.c_str() + i, &end, 10);
-    if (end == s.c_str() + i) return {};
-    long hi = lo;
-    i = static_cast<size_t>(end - s.c_str());
-    if (i < s.size() && s[i] == '-') {
-      hi = std::strtol(s.c_str() + i + 1, &end, 10);
-      i = static_cast<size_t>(end - s.c_str());
-    }
-    if (lo < 0 || hi < lo || hi > 65535) return {};
-    for (long c = lo; c <= hi; ++c) out.push_back(static_cast<int>(c));
-    if (i < s.size() && s[i] != ',') return {};
-    ++i;
-  }
-  return out;
+// "0-35,72-107" -> cpu list; empty for N/A or anything malformed.
+std::vector<int> cpuRangesOrNone(const std::string& s) {
+  Result<std::vector<int>> r = parseCpuRanges(s);
+  return r.ok() ? std::move(r).value() : std::vector<int>{};
 }
 
 struct Lines {
@@ -113,6 +100,9 @@ Result<SmiMatrix> parseSmiMatrix(std::string_view text, const std::string& sourc
         return InvalidArgument("%s:%zu: device %s named twice in the header", source.c_str(), i + 1, t.c_str());
       }
       m.devices.push_back(t);
+      if (m.devices.size() > kMaxGpus + kMaxNics) {
+        return InvalidArgument("%s:%zu: more than %zu devices in the header", source.c_str(), i + 1, kMaxGpus + kMaxNics);
+      }
     }
     break;
   }
@@ -203,7 +193,7 @@ class Synth {
       CpuAttrs c;
       for (size_t d : cpuGroup) {
         if (c.numaId < 0 && m_.numa[d] >= 0) c.numaId = m_.numa[d];
-        if (c.affinity.empty() && !m_.cpuAffinity[d].empty()) c.affinity = formatAffinity(parseCpuRanges(m_.cpuAffinity[d]));
+        if (c.affinity.empty() && !m_.cpuAffinity[d].empty()) c.affinity = formatAffinity(cpuRangesOrNone(m_.cpuAffinity[d]));
       }
       int cpu = b_.addCpu(std::move(c));
       for (const auto& hb : groups(m_, cpuGroup, PathType::kPhb)) hostBridge(cpu, hb);

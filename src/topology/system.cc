@@ -5,6 +5,9 @@
 #include <cctype>
 #include <cstdio>
 #include <set>
+#include <utility>
+
+#include "topology/limits.h"
 
 namespace snccl::topo {
 
@@ -104,6 +107,9 @@ Result<std::vector<int>> parseAffinity(std::string_view mask) {
     words.push_back(mask.substr(start, comma - start));
     start = comma + 1;
   }
+  if (words.size() > static_cast<size_t>(kMaxCpuId + 1) / 32) {
+    return InvalidArgument("affinity mask of %zu words names CPUs above %d", words.size(), kMaxCpuId);
+  }
   std::vector<int> cpus;
   for (size_t w = 0; w < words.size(); ++w) {
     std::string_view word = words[w];
@@ -121,6 +127,55 @@ Result<std::vector<int>> parseAffinity(std::string_view mask) {
   }
   std::sort(cpus.begin(), cpus.end());
   return cpus;
+}
+
+Result<std::vector<int>> parseCpuRanges(std::string_view list) {
+  std::vector<std::pair<int, int>> ranges;
+  size_t i = 0;
+  auto number = [&](int* out) {
+    size_t start = i;
+    long v = 0;
+    while (i < list.size() && list[i] >= '0' && list[i] <= '9' && v <= kMaxCpuId) v = v * 10 + (list[i++] - '0');
+    *out = static_cast<int>(v);
+    return i > start && v <= kMaxCpuId;
+  };
+  int top = -1;
+  while (i < list.size()) {
+    int lo = 0, hi = 0;
+    if (!number(&lo)) {
+      return InvalidArgument("cpu list '%.40s': expected ids of 0-%d", std::string(list).c_str(), kMaxCpuId);
+    }
+    hi = lo;
+    if (i < list.size() && list[i] == '-') {
+      ++i;
+      if (!number(&hi) || hi < lo) return InvalidArgument("cpu list '%.40s': bad range", std::string(list).c_str());
+    }
+    if (i < list.size() && list[i] != ',') {
+      return InvalidArgument("cpu list '%.40s': unexpected character", std::string(list).c_str());
+    }
+    ++i;
+    ranges.emplace_back(lo, hi);
+    top = std::max(top, hi);
+  }
+  // next[c]: the first id >= c not yet taken, so every id is visited once however often
+  // the ranges repeat or overlap.
+  std::vector<int> next(static_cast<size_t>(top + 2));
+  for (size_t c = 0; c < next.size(); ++c) next[c] = static_cast<int>(c);
+  auto find = [&](int c) {
+    int root = c;
+    while (next[static_cast<size_t>(root)] != root) root = next[static_cast<size_t>(root)];
+    while (next[static_cast<size_t>(c)] != root) c = std::exchange(next[static_cast<size_t>(c)], root);
+    return root;
+  };
+  std::vector<int> out;
+  for (auto [lo, hi] : ranges) {
+    for (int c = find(lo); c <= hi; c = find(c + 1)) {
+      out.push_back(c);
+      next[static_cast<size_t>(c)] = c + 1;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string formatAffinity(std::span<const int> cpus) {
@@ -141,12 +196,19 @@ std::string formatAffinity(std::span<const int> cpus) {
 
 // ---- System accessors ----
 
+const Path& System::path(int a, int b) const {
+  static const Path kNone{};
+  if (static_cast<size_t>(a) >= endpoint_.size() || static_cast<size_t>(b) >= endpoint_.size()) return kNone;
+  int ea = endpoint_[static_cast<size_t>(a)], eb = endpoint_[static_cast<size_t>(b)];
+  if (ea < 0 || eb < 0) return kNone;
+  return paths_[static_cast<size_t>(ea) * nEndpoints_ + static_cast<size_t>(eb)];
+}
+
 int System::findByBusId(std::string_view busId) const {
   std::string norm = normalizeBusId(busId);
   if (norm.empty()) return -1;
-  for (int i = 0; i < size(); ++i)
-    if (nodes_[static_cast<size_t>(i)].pci.busId == norm) return i;
-  return -1;
+  auto it = busIndex_.find(norm);
+  return it == busIndex_.end() ? -1 : it->second;
 }
 
 int System::cpuOf(int id) const {
@@ -168,14 +230,11 @@ std::vector<int> System::cpuList(int cpuNode) const {
 
 std::string System::label(int id) const {
   const Node& n = node(id);
-  auto indexIn = [id](std::span<const int> ids) {
-    auto it = std::find(ids.begin(), ids.end(), id);
-    return static_cast<int>(it - ids.begin());
-  };
+  int k = ordinal_[static_cast<size_t>(id)];
   switch (n.type) {
-    case NodeType::kCpu: return "CPU" + std::to_string(indexIn(cpus_));
-    case NodeType::kGpu: return "GPU" + std::to_string(indexIn(gpus_));
-    case NodeType::kNic: return "NIC" + std::to_string(indexIn(nics_));
+    case NodeType::kCpu: return "CPU" + std::to_string(k);
+    case NodeType::kGpu: return "GPU" + std::to_string(k);
+    case NodeType::kNic: return "NIC" + std::to_string(k);
     case NodeType::kNvs: return "NVS";
     case NodeType::kPci:
       if (n.pciKind == PciKind::kHostBridge) return "HB " + n.pci.busId;
@@ -247,7 +306,52 @@ int SystemBuilder::findByBusId(std::string_view busId) const {
   return -1;
 }
 
+namespace {
+
+// The counts of topology/limits.h: beyond them a file is refused, not loaded at any cost.
+Status checkLimits(const std::vector<Node>& nodes, const std::vector<std::string>& nvSwitches) {
+  size_t count[5] = {};
+  size_t deepest = 0;
+  std::vector<uint16_t> depth(nodes.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    ++count[static_cast<size_t>(n.type)];
+    if (n.parent >= 0 && n.parent < static_cast<int>(i)) {
+      depth[i] = static_cast<uint16_t>(std::min<int>(depth[static_cast<size_t>(n.parent)] + 1, 60000));
+      deepest = std::max<size_t>(deepest, depth[i]);
+    }
+    if (n.gpu.nvlinks.size() + n.gpu.c2c.size() > kMaxNvlinksPerGpu) {
+      return InvalidArgument("topology: GPU %s lists %zu NVLink/C2C entries, more than the %zu allowed",
+                             n.pci.busId.c_str(), n.gpu.nvlinks.size() + n.gpu.c2c.size(), kMaxNvlinksPerGpu);
+    }
+    if (n.pciLinks.size() > kMaxNvlinksPerGpu) {
+      return InvalidArgument("topology: %s lists %zu <pcilink>s, more than the %zu allowed", n.pci.busId.c_str(),
+                             n.pciLinks.size(), kMaxNvlinksPerGpu);
+    }
+  }
+  struct Limit {
+    size_t have, max;
+    const char* what;
+  };
+  const Limit limits[] = {{nodes.size(), kMaxNodes, "nodes (CPUs, PCIe switches and devices)"},
+                          {count[static_cast<size_t>(NodeType::kCpu)], kMaxCpus, "CPU (NUMA) nodes"},
+                          {count[static_cast<size_t>(NodeType::kGpu)], kMaxGpus, "GPUs"},
+                          {count[static_cast<size_t>(NodeType::kNic)], kMaxNics, "NICs"},
+                          {nvSwitches.size(), kMaxNodes, "NVSwitches"},
+                          {deepest, kMaxTreeDepth, "levels of PCIe nesting"}};
+  for (const Limit& l : limits) {
+    if (l.have > l.max) {
+      return InvalidArgument("topology: %zu %s, more than the %zu snccl accepts (docs/topology.md)", l.have, l.what,
+                             l.max);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Result<System> SystemBuilder::build() && {
+  SNCCL_TRY(checkLimits(nodes_, nvSwitches_));
   std::set<std::string> busIds;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
@@ -262,6 +366,11 @@ Result<System> SystemBuilder::build() && {
   }
   System sys;
   sys.nodes_ = std::move(nodes_);
+  if (notes_.size() > kMaxNotes) {
+    size_t more = notes_.size() - kMaxNotes;
+    notes_.resize(kMaxNotes);
+    notes_.push_back(format("... and %zu more notes like these", more));
+  }
   sys.notes_ = std::move(notes_);
   SNCCL_TRY(deriveGraph(&sys, nvSwitches_));
   return sys;

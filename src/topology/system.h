@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -143,6 +145,7 @@ struct Path {
 
 class SystemBuilder;
 class System;
+class LinkIndex;  // paths.cc: links by (a, b, type)
 // paths.cc: adds the NVS node, links, paths and NIC pairing to a System of built nodes.
 Status deriveGraph(System* sys, const std::vector<std::string>& nvSwitches);
 
@@ -162,8 +165,9 @@ class System {
   int nvs() const { return nvs_; }  // -1 when the machine has no NVSwitch
 
   std::span<const Link> links(int id) const { return links_[static_cast<size_t>(id)]; }
-  // Between two endpoints (CPU, GPU, NIC, NVS); kDis for anything else.
-  const Path& path(int a, int b) const { return paths_[index(a, b)]; }
+  // Between two endpoints (CPU, GPU, NIC, NVS); kDis for anything else. Paths are kept
+  // for endpoint pairs only, so memory grows with endpoints squared, never with switches.
+  const Path& path(int a, int b) const;
   // The PCIe route alone (PIX ... SYS), ignoring NVLink: what GPUDirect and host memory
   // traffic between the two see.
   Path pciPath(int a, int b) const;
@@ -195,13 +199,16 @@ class System {
  private:
   friend class SystemBuilder;
   friend Status deriveGraph(System* sys, const std::vector<std::string>& nvSwitches);
-  size_t index(int a, int b) const { return static_cast<size_t>(a) * nodes_.size() + static_cast<size_t>(b); }
-
   std::vector<Node> nodes_;
   std::vector<int> cpus_, gpus_, nics_;
   int nvs_ = -1;
   std::vector<std::vector<Link>> links_;
-  std::vector<Path> paths_;
+  std::vector<int> endpoint_;  // per node: its index among endpoints, -1 for PCI nodes
+  size_t nEndpoints_ = 0;
+  std::vector<Path> paths_;    // nEndpoints_ x nEndpoints_
+  std::vector<int> ordinal_;   // per node: its position in cpus_, gpus_ or nics_
+  std::unordered_map<std::string, int> busIndex_;
+  std::shared_ptr<const LinkIndex> linkIndex_;  // immutable, shared by copies
   std::vector<int> gpuNics_;
   std::vector<std::string> notes_;
 };
@@ -224,8 +231,8 @@ class SystemBuilder {
   const std::vector<Node>& nodes() const { return nodes_; }
   int findByBusId(std::string_view busId) const;
 
-  // Validates the tree (parents exist, GPUs/NICs not roots, unique bus ids) and computes
-  // links, paths and the NIC pairing.
+  // Validates the tree (parents exist, GPUs/NICs not roots, unique bus ids, the counts of
+  // topology/limits.h) and computes links, paths and the NIC pairing.
   Result<System> build() &&;
 
  private:
@@ -241,7 +248,11 @@ std::string normalizeBusId(std::string_view text);
 bool isNvsSentinel(std::string_view target);
 
 // NCCL affinity masks <-> cpu lists. formatAffinity({0,1,33}) = "00000002,00000003".
+// Masks naming CPUs above kMaxCpuId are refused.
 Result<std::vector<int>> parseAffinity(std::string_view mask);
+// Linux CPU lists "0-35,72-107" -> sorted, distinct ids; refused when malformed or naming
+// an id above kMaxCpuId. Linear in the text: a range repeated many times costs nothing.
+Result<std::vector<int>> parseCpuRanges(std::string_view list);
 std::string formatAffinity(std::span<const int> cpus);
 
 }  // namespace snccl::topo

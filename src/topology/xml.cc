@@ -1,12 +1,16 @@
 // The XML reader: recursive descent over the text with a line counter. Depth is bounded
-// by kXmlMaxDepth, so hostile nesting ends in an error, not a stack overflow.
+// by kXmlMaxDepth and the element count by kMaxXmlElements, so hostile nesting or size
+// ends in an error, not a stack overflow or an exhausted memory.
 #include "topology/xml.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace snccl::topo {
 
@@ -209,6 +213,7 @@ class Parser {
 
   Status element(XmlElement* el, int depth) {
     if (depth >= kXmlMaxDepth) return error(format("elements nested deeper than %d", kXmlMaxDepth));
+    if (++elements_ > kMaxXmlElements) return error(format("more than %zu elements", kMaxXmlElements));
     el->line = line_;
     advance();  // '<'
     SNCCL_TRY(name(&el->name));
@@ -264,6 +269,7 @@ class Parser {
   const std::string& source_;
   size_t pos_ = 0;
   int line_ = 1;
+  size_t elements_ = 0;
 };
 
 }  // namespace
@@ -278,17 +284,44 @@ Result<XmlElement> parseXml(std::string_view text, const std::string& source) {
 }
 
 Result<std::string> readTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoError(errno, "cannot open %s", path.c_str());
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; only regular
+  // files are read, and their size is checked before anything is allocated.
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open %s", path.c_str());
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return ErrnoError(e, "cannot stat %s", path.c_str());
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return InvalidArgument("%s: not a regular file (a FIFO, device or directory), not a topology file", path.c_str());
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxTopoFileBytes) {
+    close(fd);
+    return InvalidArgument("%s: %lld bytes, larger than the %zu MiB a topology file may have", path.c_str(),
+                           static_cast<long long>(st.st_size), kMaxTopoFileBytes >> 20);
+  }
   std::string data;
   char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    data.append(buf, static_cast<size_t>(in.gcount()));
-    if (data.size() > kXmlMaxFileBytes) {
-      return InvalidArgument("%s: larger than %zu MiB, not a topology file", path.c_str(), kXmlMaxFileBytes >> 20);
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      return ErrnoError(e, "cannot read %s", path.c_str());
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+    if (data.size() > kMaxTopoFileBytes) {  // the file grew while being read
+      close(fd);
+      return InvalidArgument("%s: larger than the %zu MiB a topology file may have", path.c_str(),
+                             kMaxTopoFileBytes >> 20);
     }
   }
-  if (in.bad()) return ErrnoError(errno, "cannot read %s", path.c_str());
+  close(fd);
   return data;
 }
 

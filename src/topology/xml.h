@@ -4,7 +4,7 @@
 // Supports what those files use: a prolog, comments, DOCTYPE (skipped), elements,
 // attributes with the five predefined and numeric entities, character data and CDATA.
 // Rejects anything malformed with "<source>:<line>: <reason>"; never crashes on garbage
-// (nesting depth and sizes are bounded).
+// (nesting depth, element count and sizes are bounded, topology/limits.h).
 #pragma once
 
 #include <string>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "topology/limits.h"
 
 namespace snccl::topo {
 
@@ -28,12 +29,12 @@ struct XmlElement {
 };
 
 inline constexpr int kXmlMaxDepth = 128;
-inline constexpr size_t kXmlMaxFileBytes = size_t(64) << 20;
 
 // Parses a document and returns its root element.
 Result<XmlElement> parseXml(std::string_view text, const std::string& source);
 
-// Reads a whole file (at most kXmlMaxFileBytes).
+// Reads a whole regular file of at most kMaxTopoFileBytes; FIFOs, devices and directories
+// are refused without blocking.
 Result<std::string> readTextFile(const std::string& path);
 // Writes a whole file (truncating).
 Status writeTextFile(const std::string& path, std::string_view text);

@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <regex>
@@ -690,6 +691,67 @@ void shmScenario(Ending ending) {
     std::printf("%s", all.c_str());
   }
   mp::freeShared(sh);
+}
+
+// The window between a receiver creating its ring file and its peer mapping (and
+// unlinking) it: rank 1 is killed right after its first shm_open (SNCCL_FAULT_SHM_KILL),
+// so no peer ever learns the name. The next job on the host removes the file, because
+// its owner no longer runs.
+TEST(Faults, ShmFileOfRankKilledBeforePeerMappedIsRemovedByNextJob) {
+  const int n = 3;
+  sntest::Watchdog dog(200, "shm window scenario");
+  sntest::TempDir dir("snccl-mp");
+  ASSERT_FALSE(dir.path.empty());
+  auto job = [&](bool kill, const std::string& logs) {
+    std::vector<std::pair<std::string, std::string>> env = {{"SNCCL_TIMEOUT", "5"},
+                                                            {"NCCL_DEBUG", "INFO"},
+                                                            {"NCCL_DEBUG_SUBSYS", "INIT,SHM"},
+                                                            {"NCCL_DEBUG_FILE", logs + "/rank.%p.log"},
+                                                            {"SNCCL_SHM_DISABLE", "0"},
+                                                            {"SNCCL_FAULT_SHM_KILL", kill ? "2" : "0"}};
+    return runScenario(n, env, [&](int rank, Shared* s) {
+      ncclComm_t comm = initRank(s, rank, n);
+      if (comm == nullptr) return;
+      std::vector<float> in(4096, 1.0f), out(4096);
+      record(s, rank, ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr));
+      if (kill) {
+        ncclCommAbort(comm);
+      } else {
+        ncclCommDestroy(comm);
+      }
+    });
+  };
+  std::string firstLogs = dir.path + "/first", secondLogs = dir.path + "/second";
+  ASSERT_EQ(mkdir(firstLogs.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(secondLogs.c_str(), 0700), 0);
+  auto filesOf = [](const std::set<std::string>& hashes) {
+    std::vector<std::string> out;
+    for (const std::string& e : shmEntries())
+      for (const std::string& h : hashes)
+        if (e.find(h) != std::string::npos) out.push_back(e);
+    return out;
+  };
+
+  Shared* sh = job(true, firstLogs);
+  ASSERT_NE(sh, nullptr);
+  std::string all = describe(sh, n);
+  EXPECT_TRUE(WIFSIGNALED(sh->r[1].status) && WTERMSIG(sh->r[1].status) == SIGKILL) << "rank 1 was not killed\n" << all;
+  mp::freeShared(sh);
+  bool sawShm = false;
+  std::string channels;
+  std::set<std::string> hashes = loggedHashes(firstLogs, &sawShm, &channels);
+  ASSERT_FALSE(hashes.empty()) << "no 'commHash' in the INFO logs of " << firstLogs;
+  std::vector<std::string> left = filesOf(hashes);
+  std::printf("after the killed job: %zu of its files in /dev/shm\n", left.size());
+
+  sh = job(false, secondLogs);
+  ASSERT_NE(sh, nullptr);
+  all = describe(sh, n);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(sh->r[r].code, ncclSuccess) << all;
+  mp::freeShared(sh);
+  std::string list;
+  for (const std::string& e : filesOf(hashes)) list += " /dev/shm/" + e;
+  EXPECT_TRUE(list.empty()) << "files of the killed job left after the next job:" << list;
 }
 
 TEST(Faults, NoShmLeftAfterDestroy) { shmScenario(Ending::kDestroy); }

@@ -2,6 +2,7 @@
 // library, SNCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE in fresh processes (parameters are read
 // once per process), and sn_topo on the live machine and on every shared file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -153,13 +154,12 @@ TEST(Params, TopoFileAndDumpFile) {
   });
   EXPECT_EQ(rc, 0);
   std::remove(dump.c_str());
+  // A missing file is not silent: systemForThisProcess warns (SnTopo.UnusableTopoFileWarns
+  // checks the WARN line) and detects the machine instead, as NCCL does.
   int bad = inChild([] {
     setenv("NCCL_TOPO_FILE", "/nonexistent/topo.xml", 1);
     Result<System> s = systemForThisProcess();
-    return !s.ok() && s.status().message().find("NCCL_TOPO_FILE") != std::string::npos &&
-                   s.status().message().find("/nonexistent/topo.xml") != std::string::npos
-               ? 0
-               : 1;
+    return s.ok() ? 0 : 1;
   });
   EXPECT_EQ(bad, 0);
 }
@@ -189,6 +189,38 @@ TEST(SnTopo, LiveMachineAndEveryFile) {
   std::remove((svg + ".xml").c_str());
   EXPECT_NE(runTool("-i /nonexistent.xml"), 0);
   EXPECT_NE(runTool("--bogus"), 0);
+}
+
+// stdout and stderr of sn_topo run with `env` (bounded by timeout(1)).
+std::string toolOutput(const std::string& env, const std::string& args) {
+  std::string cmd = env + " timeout 60 " + std::string(SNCCL_SN_TOPO) + " " + args + " 2>&1";
+  std::string out;
+  if (std::FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+// NCCL_TOPO_FILE naming a missing file, a FIFO or a file hwloc would crash on: a WARN
+// naming the path and the reason, then the machine's own topology.
+TEST(SnTopo, UnusableTopoFileWarnsAndFallsBackToDetection) {
+  std::string fifo = testing::tempPath("topo.fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string crash = testing::tempPath("crash.xml");
+  ASSERT_TRUE(writeTextFile(crash, "<topology version=\"2.0\"><object type=\"Machine\" cpuset=\"0x1\"><object "
+                                   "type=\"PU\" os_index=\"0\" cpuset=\"0x1\"/></object></topology>")
+                  .ok());
+  for (const std::string& f : {std::string("/nonexistent/topo.xml"), fifo, crash}) {
+    SCOPED_TRACE(f);
+    std::string out = toolOutput("NCCL_DEBUG=WARN NCCL_TOPO_FILE=" + f, "--pairing");
+    EXPECT_NE(out.find("WARN NCCL_TOPO_FILE=" + f + " cannot be used"), std::string::npos) << out;
+    EXPECT_NE(out.find("# Source:"), std::string::npos) << "no fallback to detection:\n" << out;
+  }
+  std::remove(fifo.c_str());
+  std::remove(crash.c_str());
 }
 #endif
 

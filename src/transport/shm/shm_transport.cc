@@ -2,12 +2,21 @@
 // reserves its pages up front (posix_fallocate, so a full /dev/shm is an error at setup
 // with the sizes in the message, not a SIGBUS later) and maps it prefaulted. The sender
 // maps it and immediately unlinks the name: from then on the segment lives exactly as
-// long as the two mappings, so nothing is left behind when a process dies. Names hold
-// the communicator hash, so ranks in different network namespaces of one host (which
-// share /dev/shm) still meet.
+// long as the two mappings. Names hold the communicator hash, so ranks in different
+// network namespaces of one host (which share /dev/shm) still meet.
+//
+// Between creating the file and the sender's unlink there is a window: a receiver killed
+// in it (before its peer learned the name) leaves the file behind. Names therefore carry
+// their owner (PID namespace, pid, start time), and every receiver first removes the
+// files of owners of its own PID namespace that no longer run (sweepStaleSegments): the
+// next job on the host cleans up after a killed one. The start time tells a reused pid
+// from the owner; files of other PID namespaces are left alone (their pids mean nothing
+// here).
 #include "transport/shm/shm_transport.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -22,6 +31,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/prefault.h"
+#include "common/process.h"
 
 namespace snccl {
 
@@ -50,13 +60,47 @@ bool canConnect(const PeerInfo& self, const PeerInfo& peer) {
   return self.hostHash == peer.hostHash;
 }
 
-std::string segmentName(const ConnRequest& req) {
+// This process as a segment owner: "<pidns hex>-<pid>-<start time hex>".
+std::string ownerTag() {
+  return format("%" PRIx64 "-%d-%" PRIx64, pidNamespaceId(), static_cast<int>(getpid()),
+                processStartTime(getpid()));
+}
+
+Result<std::string> segmentName(const ConnRequest& req) {
   // A per-process counter keeps names unique when a pair reconnects (e.g. a new channel).
   static std::atomic<uint64_t> counter{0};
-  char name[96];
-  std::snprintf(name, sizeof name, "/snccl-%016" PRIx64 "-%d-%d-%" PRIx64 "-%" PRIu64, req.commHash, req.peer,
-                req.rank, processToken() & 0xffffffff, counter.fetch_add(1));
+  std::string name = format("/snccl-%016" PRIx64 "-%d-%d-%s-%" PRIu64, req.commHash, req.peer, req.rank,
+                            ownerTag().c_str(), counter.fetch_add(1));
+  if (name.size() >= sizeof(ConnBlob{}.name)) return InternalError("shm transport: segment name %s too long", name.c_str());
   return name;
+}
+
+// "snccl-<hash>-<peer>-<rank>-<pidns>-<pid>-<start>-<n>": whether its owner is a process
+// of our PID namespace that no longer runs. Names of another form are never judged.
+bool ownerIsDead(const char* entry, uint64_t ourNs) {
+  unsigned long long hash = 0, ns = 0, start = 0, n = 0;
+  int peer = 0, rank = 0, pid = 0, used = 0;
+  if (std::sscanf(entry, "snccl-%16llx-%d-%d-%llx-%d-%llx-%llu%n", &hash, &peer, &rank, &ns, &pid, &start, &n,
+                  &used) != 7 ||
+      entry[used] != '\0') {
+    return false;
+  }
+  if (ns != ourNs || ourNs == 0 || pid <= 0 || pid == getpid()) return false;
+  uint64_t now = processStartTime(pid);
+  return now == 0 || now != start || processGone(pid);
+}
+
+// Removes /dev/shm files of dead owners (see the header comment).
+void sweepStaleSegments() {
+  uint64_t ourNs = pidNamespaceId();
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, "snccl-", 6) != 0 || !ownerIsDead(e->d_name, ourNs)) continue;
+    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0)
+      SN_INFO(log::kShm, "shm: removed /dev/shm/%s, left by a process that no longer runs", e->d_name);
+  }
+  closedir(d);
 }
 
 Status noSpaceError(int err, size_t bytes) {
@@ -71,9 +115,11 @@ Status noSpaceError(int err, size_t bytes) {
 
 Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
   size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
-  std::string name = segmentName(req);
+  sweepStaleSegments();
+  SNCCL_ASSIGN_OR_RETURN(std::string name, segmentName(req));
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoError(errno, "shm transport: shm_open(%s) failed", name.c_str());
+  if (params::getInt(params::Id::FaultShmKill) == req.rank + 1) raise(SIGKILL);  // tests only
   int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (err != 0) {
     close(fd);
