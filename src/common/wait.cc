@@ -62,7 +62,8 @@ int64_t spinBudgetUs(int localRanks) {
   // 125 us spin made np=4 small AllReduces 10x slower than a 2.5 us one, and no spin at
   // all beat 2.5 us by 1.5-2x at np=4 (8 B-4 KiB, medians of 3: 19-27 vs 32-39 us) and
   // by 5-20% at np=8.
-  if (localRanks > cores) spin = 0;
+  // An explicit SNCCL_SPIN_US wins: the user may know that the cores are free for it.
+  if (localRanks > cores && !params::isSet(params::Id::SpinUs)) spin = 0;
   return spin < 0 ? 0 : spin;
 }
 

@@ -7,10 +7,13 @@
 // entry does when the executor gives its claim up (ProxyEntry::settle).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -39,8 +42,7 @@ struct Ring {
 };
 
 struct Link {
-  Link() {
-    Net* net = loopNet();
+  explicit Link(Net* net = loopNet()) {
     Handle h{};
     ListenComm* l = nullptr;
     Status s = net->listen(0, &h, &l);
@@ -83,6 +85,74 @@ struct Link {
   Ring s_, r;
   std::unique_ptr<SendEntry> send;
   std::unique_ptr<RecvEntry> recv;
+};
+
+// The socket Net, except that while `hold` is set a send that completed is reported as
+// not done yet: a send the net owes nothing more for (quiescent) but that no test() has
+// retired, as an RDMA write whose completion waits in the completion queue.
+class HoldingNet : public Net {
+ public:
+  explicit HoldingNet(Net* inner) : inner_(inner) {}
+  std::atomic<bool> hold{false};
+  size_t held() const { return held_.size(); }
+
+  const char* name() const override { return "Holding"; }
+  Status init() override { return inner_->init(); }
+  int devices() const override { return inner_->devices(); }
+  Status getProperties(int dev, Properties* p) const override { return inner_->getProperties(dev, p); }
+  Status listen(int dev, Handle* h, ListenComm** l) override { return inner_->listen(dev, h, l); }
+  Status connect(int dev, Handle* h, SendComm** s) override { return inner_->connect(dev, h, s); }
+  Status accept(ListenComm* l, RecvComm** r) override { return inner_->accept(l, r); }
+  void cancelConnect(Handle* h) override { inner_->cancelConnect(h); }
+  Status regMr(Comm* c, void* d, size_t n, int type, MemHandle** mh) override { return inner_->regMr(c, d, n, type, mh); }
+  bool usesUnregisteredHostMemory() const override { return inner_->usesUnregisteredHostMemory(); }
+  Status deregMr(Comm* c, MemHandle* mh) override { return inner_->deregMr(c, mh); }
+  Status isend(SendComm* c, void* d, size_t n, int tag, uint32_t imm, MemHandle* mh, Request** r) override {
+    Status s = inner_->isend(c, d, n, tag, imm, mh, r);
+    if (s.ok() && *r != nullptr) sends_.insert(*r);
+    return s;
+  }
+  Status irecv(RecvComm* c, int n, void** d, size_t* sz, int* tags, MemHandle** mhs, Request** r) override {
+    return inner_->irecv(c, n, d, sz, tags, mhs, r);
+  }
+  Status iflush(RecvComm* c, int n, void** d, int* sz, MemHandle** mhs, Request** r) override {
+    return inner_->iflush(c, n, d, sz, mhs, r);
+  }
+  Status test(Request* r, bool* done, size_t* sizes, uint32_t* imm) override {
+    auto h = held_.find(r);
+    if (h != held_.end()) {
+      *done = !hold;
+      if (*done) {
+        if (sizes != nullptr) *sizes = h->second.first;
+        if (imm != nullptr) *imm = h->second.second;
+        held_.erase(h);
+      }
+      return OkStatus();
+    }
+    size_t size = 0;
+    uint32_t im = 0;
+    Status s = inner_->test(r, done, &size, &im);
+    if (s.ok() && *done && sends_.erase(r) == 1 && hold) {
+      held_[r] = {size, im};
+      *done = false;
+      return s;
+    }
+    if (sizes != nullptr) *sizes = size;
+    if (imm != nullptr) *imm = im;
+    return s;
+  }
+  bool pollFds(const Comm* c, std::vector<pollfd>* fds) const override { return inner_->pollFds(c, fds); }
+  bool quiescent(const Comm* c) const override { return inner_->quiescent(c); }
+  Status closeSend(SendComm* c, uint32_t code) override { return inner_->closeSend(c, code); }
+  Status closeRecv(RecvComm* c, uint32_t code) override { return inner_->closeRecv(c, code); }
+  uint32_t peerAbortCode(const Comm* c) const override { return inner_->peerAbortCode(c); }
+  bool peerClosed(const Comm* c) const override { return inner_->peerClosed(c); }
+  Status closeListen(ListenComm* l) override { return inner_->closeListen(l); }
+
+ private:
+  Net* inner_;
+  std::set<Request*> sends_;
+  std::map<Request*, std::pair<size_t, uint32_t>> held_;
 };
 
 bool filledWith(const char* p, size_t n, char c) {
@@ -179,6 +249,23 @@ TEST(NetEntry, PoisonedIdleSendRingTellsThePeerWhenItsClaimIsGivenUp) {
   EXPECT_TRUE(wake || l.r.ctrl.poison.load() != 0) << "nobody tells the peer: the entry neither sent the ABORT nor "
                                                        "asked for the proxy";
   EXPECT_NE(l.r.ctrl.poison.load(), 0u) << "the ABORT did not reach the peer";
+}
+
+// An operation's last send is usually still waiting for its completion when the executor
+// gives its claim up. A net that owes nothing more for it (quiescent) lets the claim go
+// without waking the proxy; the next pass, whoever runs it, retires the send.
+TEST(NetEntry, SendAwaitingOnlyItsCompletionNeedsNoProxy) {
+  HoldingNet net(loopNet());
+  Link l(&net);
+  ASSERT_TRUE(l.connect());
+  net.hold = true;
+  l.post(0, 100, 'a');
+  ASSERT_TRUE(l.until([&] { return l.r.ctrl.tail.load() == 1 && net.held() == 1; }));
+  EXPECT_EQ(l.s_.ctrl.head.load(), 0u) << "the send was retired while held";
+  l.send->claim();
+  EXPECT_FALSE(l.send->unclaimAfterDriving(false)) << "a send that only waits to be retired woke the proxy";
+  net.hold = false;
+  EXPECT_TRUE(l.until([&] { return l.s_.ctrl.head.load() == 1; })) << "the send was never retired";
 }
 
 }  // namespace

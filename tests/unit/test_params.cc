@@ -304,3 +304,23 @@ TEST(Registry, ConcurrentFirstUse) {
 
 }  // namespace
 }  // namespace snccl::params
+
+namespace snccl::params {
+namespace {
+
+// More busy threads than cores turn the spin off, unless the user set SNCCL_SPIN_US.
+TEST(Registry, ExplicitSpinWinsOverOversubscription) {
+  expectInFreshProcess(Env{}, [] {
+    CHILD_CHECK(spinBudgetUs(1 << 20) == 0);
+    CHILD_CHECK(spinBudgetUs(1) == 1000);
+    return std::string();
+  });
+  expectInFreshProcess((Env{{"SNCCL_SPIN_US", "250"}}), [] {
+    CHILD_CHECK(spinBudgetUs(1 << 20) == 250);
+    CHILD_CHECK(spinBudgetUs(1) == 250);
+    return std::string();
+  });
+}
+
+}  // namespace
+}  // namespace snccl::params

@@ -245,8 +245,13 @@ bool SendEntry::arm() {
 }
 
 bool SendEntry::needsProxy() {
+  // Sends the net took and owes nothing more for (quiescent: every byte is written, or
+  // the NIC moves them) only wait for a test() that retires them and frees their slots:
+  // the next operation's claimant or the proxy's next pass does that, and a proxy woken
+  // for it after every operation costs more than the operation (eventfd, completion
+  // channel re-arm, scheduler trip).
   return state_ != State::kActive || posted_ < protocol_.tail(std::memory_order_acquire) ||
-         !inflight_.empty() || !net_->quiescent(comm_);
+         !net_->quiescent(comm_);
 }
 
 bool SendEntry::detachReady() {

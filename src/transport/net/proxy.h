@@ -60,7 +60,8 @@ class ProxyEntry {
   // Closes the net side (may linger briefly for the peer's goodbye); the ring is gone.
   virtual void closeNet() = 0;
   // Whether the entry has work nobody else will do if the proxy does not watch it: bytes
-  // to write, sends to complete, credits to post, setup to finish. The claimant asks
+  // to write, sends the net is still moving (not quiescent), credits to post, setup to
+  // finish. Sends that only wait to be retired by a test() are not owed. The claimant asks
   // (holding driveMutex) when it gives the claim up between operations: an entry that
   // owes nothing needs no proxy wake-up, which can cost more than a small
   // operation. A receive that has its credits posted owes nothing: the data waits in the
