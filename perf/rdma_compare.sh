@@ -12,6 +12,8 @@
 #                          once, like -b): busbw in MB/s, buffers from malloc (through
 #                          the ring's registered slots) and registered (-R 1: in place)
 #   allreduce SIZE         sn_allreduce_perf on 2 ranks, busbw MB/s
+#   broadcast SIZE         sn_broadcast_perf on 2 ranks: rank 0 sends to rank 1 only, so its
+#                          reference is ib_write_bw (one direction); malloc and registered
 #   ib_write_lat 8         perftest, typical us;  sendrecv 8: sn_sendrecv_perf time, us
 # The guest's CPUs are emulated (TCG): absolute numbers are tens of MB/s and say nothing
 # about hardware; the ratios compare the two software paths on one device.
@@ -27,7 +29,7 @@ while getopts "r:b:h" o; do
   case $o in
     r) rounds=$OPTARG ;;
     b) build=$OPTARG ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
   esac
 done
 
@@ -62,7 +64,8 @@ snperf() {  # TOOL LABEL EXTRA_ARGS...
     WORLD_SIZE=2 RANK=0 SNCCL_HOSTID=a "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r0" 2>&1 || true
   wait || true
   # bytes / time (column 6, us) = MB/s: busbw for sendrecv and for allreduce on 2 ranks
-  # (the table's GB/s has too few digits at these rates)
+  # (the table's GB/s has too few digits at these rates); for broadcast on 2 ranks, busbw
+  # is bytes / time as well
   awk -v l="$label" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 > 0 {printf "%s %s %.1f\n", l, $1, $1 / $6}' "$out/r0" >>"$out/rows"
 }
 
@@ -84,6 +87,8 @@ for ((r = 1; r <= rounds; r++)); do
   snperf sendrecv sendrecv_malloc
   snperf sendrecv sendrecv_registered -R 1
   snperf allreduce allreduce_malloc
+  snperf broadcast broadcast_malloc
+  snperf broadcast broadcast_registered -R 1
   v=$(PERFTEST_TIMEOUT=60 $PT loop ib_write_lat -s 8 -n 500 | awk '$1 == 8 {print $5}' | tail -1)
   [ -n "$v" ] && row ib_write_lat_us 8 "$v"
   snlat
