@@ -9,11 +9,12 @@
 #   ib_write_bw SIZE       perftest, one direction, average MB/s
 #   ib_write_bw -b SIZE    perftest, both directions at once, MB/s per direction
 #   sendrecv SIZE          sn_sendrecv_perf on 2 ranks (each sends SIZE to the other at
-#                          once, like -b): busbw in MB/s, buffers from malloc (through
-#                          the ring's registered slots) and registered (-R 1: in place)
-#   allreduce SIZE         sn_allreduce_perf on 2 ranks, busbw MB/s
+#                          once, like -b): busbw in MB/s; _unreg: buffers not registered
+#                          with the communicator (they go through the ring's registered
+#                          slots, a copy each side), _registered: ncclCommRegister (-R 1)
+#   allreduce SIZE         sn_allreduce_perf on 2 ranks, busbw MB/s, unregistered
 #   broadcast SIZE         sn_broadcast_perf on 2 ranks: rank 0 sends to rank 1 only, so its
-#                          reference is ib_write_bw (one direction); malloc and registered
+#                          reference is ib_write_bw (one direction); _unreg and _registered
 #   ib_write_lat 8         perftest, typical us;  sendrecv 8: sn_sendrecv_perf time, us
 # The guest's CPUs are emulated (TCG): absolute numbers are tens of MB/s and say nothing
 # about hardware; the ratios compare the two software paths on one device.
@@ -84,10 +85,10 @@ for ((r = 1; r <= rounds; r++)); do
     perftest_bw "$s"
     perftest_bw "$s" -b
   done
-  snperf sendrecv sendrecv_malloc
+  snperf sendrecv sendrecv_unreg
   snperf sendrecv sendrecv_registered -R 1
-  snperf allreduce allreduce_malloc
-  snperf broadcast broadcast_malloc
+  snperf allreduce allreduce_unreg
+  snperf broadcast broadcast_unreg
   snperf broadcast broadcast_registered -R 1
   v=$(PERFTEST_TIMEOUT=60 $PT loop ib_write_lat -s 8 -n 500 | awk '$1 == 8 {print $5}' | tail -1)
   [ -n "$v" ] && row ib_write_lat_us 8 "$v"
