@@ -204,7 +204,7 @@ Result<bool> CommRunner::progress() {
       // Plans count the op's messages on each ring: after the agreement's, which come first.
       if (agree_.done && comm_->conns.plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
     }
-    if (!claimsMade_) claimDriven(op);
+    if (!claimsMade_ && !handedOff_) claimDriven(op);
     blockedConn_ = nullptr;
     if (!agree_.done) {
       Result<bool> r = progressAgreement(op);
@@ -233,6 +233,7 @@ Result<bool> CommRunner::progress() {
         if (!r.value()) break;
         ++i;
         moved_ = true;
+        handedOff_ = false;
       }
       if (i < steps.size()) allDone = false;
     }
@@ -316,6 +317,7 @@ void CommRunner::releaseDriven(bool waiting) {
   for (Connection* c : driven_) c->releaseDrive(waiting);
   driven_.clear();
   claimsMade_ = false;
+  handedOff_ = waiting;
 }
 
 Status CommRunner::checkBlocked() {

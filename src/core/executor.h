@@ -189,6 +189,11 @@ class CommRunner {
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
   std::vector<void*> foldOuts_;  // the outputs its last combine writes, this rank's first
   bool claimsMade_ = false;          // the current op's rings are in driven_
+  // The runner went to sleep and handed its net rings to the proxy: it leaves them there
+  // until one of its steps moves again. A runner woken by its sleep's time limit with
+  // nothing new would otherwise claim the rings and give them back at once, waking the
+  // proxy each time (every kSleepSliceUs through a long transfer).
+  bool handedOff_ = false;
 };
 
 // Runs the runners to completion (or first error) on this thread.
