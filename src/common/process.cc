@@ -18,24 +18,37 @@ uint64_t pidNamespaceId() {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-bool processGone(pid_t pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  // /proc/<pid>/stat is "pid (comm) S ...": the state follows the last ')' (comm may
-  // itself hold parentheses and spaces).
+namespace {
+// The state letter of /proc/<pid>/stat ("pid (comm) S ..."), which follows the last ')'
+// since comm may itself hold parentheses and spaces; '?' when it cannot be read, '-'
+// when the process does not exist.
+char processState(pid_t pid) {
   char path[32];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT;
+  if (fd < 0) return errno == ENOENT ? '-' : '?';
   char buf[512];
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (n <= 0) return false;
+  if (n <= 0) return '?';
   buf[n] = '\0';
   const char* rp = std::strrchr(buf, ')');
-  if (rp == nullptr || rp[1] != ' ') return false;
-  char state = rp[2];
-  return state == 'Z' || state == 'X' || state == 'x';
+  if (rp == nullptr || rp[1] != ' ') return '?';
+  return rp[2];
+}
+}  // namespace
+
+bool processGone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char state = processState(pid);
+  return state == '-' || state == 'Z' || state == 'X' || state == 'x';
+}
+
+bool processStopped(pid_t pid) {
+  if (pid <= 0) return false;
+  char state = processState(pid);
+  return state == 'T' || state == 't';
 }
 
 uint64_t processStartTime(pid_t pid) {

@@ -15,6 +15,10 @@ uint64_t pidNamespaceId();
 // reaped by its parent: kill(pid, 0) still succeeds on it) or being torn down.
 bool processGone(pid_t pid);
 
+// True when `pid` is stopped: by a signal (SIGSTOP, SIGTSTP) or by a debugger. It may
+// resume, so this is a diagnosis for an error already decided, not a failure by itself.
+bool processStopped(pid_t pid);
+
 // When `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22); 0 when it
 // does not exist or cannot be read. A pid and its start time name one process even after
 // the pid is reused.

@@ -30,6 +30,19 @@ constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20
 // " after rank N (pid P, host H) failed" when a failure that `peer` passed on (a poisoned
 // ring, an abort notice) started at another rank; empty when it started at the peer, or
 // when `origin` names no rank.
+// A rank of this host (same pid namespace) that is stopped (SIGSTOP, a debugger), or -1.
+// Such a rank makes every rank time out within moments of the others; each must name it
+// rather than the neighbour it happened to wait on, which may be waiting on it too.
+int stoppedLocalRank(const ncclComm& comm) {
+  const PeerInfo& self = comm.peers.info[comm.rank];
+  for (int r = 0; r < comm.nranks; ++r) {
+    if (r == comm.rank) continue;
+    pid_t pid = watchablePid(self, comm.peers.info[r]);
+    if (pid != 0 && processStopped(pid)) return r;
+  }
+  return -1;
+}
+
 std::string failedBefore(const ncclComm& comm, int origin, int peer) {
   if (origin < 0 || origin >= comm.nranks || origin == peer) return std::string();
   const PeerInfo& o = comm.peers.info[origin];
@@ -378,16 +391,25 @@ Status CommRunner::checkBlocked() {
     }
   }
   if (comm_->timeoutNs > 0 && now - opStartNs_ > comm_->timeoutNs) {
+    // The culprit travels in the poison word (commSetError): the other survivors then
+    // name the stopped rank too.
+    std::string stopped;
+    const int s = stoppedLocalRank(*comm_);
+    if (s >= 0) {
+      comm_->errors.culprit.store(s);
+      const PeerInfo& si = comm_->peers.info[s];
+      stopped = format("; rank %d (pid %d, host %s) is stopped (SIGSTOP or a debugger)", s, si.pid, si.hostname);
+    }
     if (blockedConn_ == nullptr)
-      return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT)", op.describe().c_str(), comm_->rank,
-                         (long long)(comm_->timeoutNs / 1000000000));
+      return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT)%s", op.describe().c_str(), comm_->rank,
+                         (long long)(comm_->timeoutNs / 1000000000), stopped.c_str());
     int peer = blockedConn_->peer();
     return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT) waiting for %s rank %d (pid %d, "
-                       "host %s) on its %s connection at message %llu",
+                       "host %s) on its %s connection at message %llu%s",
                        op.describe().c_str(), comm_->rank, (long long)(comm_->timeoutNs / 1000000000),
                        blockedSender_ ? "a free slot (credit) from" : "data from", peer, comm_->peers.info[peer].pid,
                        comm_->peers.info[peer].hostname, blockedConn_->transport(),
-                       (unsigned long long)blockedConn_->step());
+                       (unsigned long long)blockedConn_->step(), stopped.c_str());
   }
   return OkStatus();
 }

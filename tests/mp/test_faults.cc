@@ -267,6 +267,39 @@ TEST(Faults, RankKilledByParentMidCollective) {
   mp::freeShared(sh);
 }
 
+// A stopped rank (SIGSTOP, a debugger) is alive, so only SNCCL_TIMEOUT ends the wait, on
+// every survivor within moments: each must name the stopped rank, not the neighbour it
+// happened to wait on, nor one that timed out just before it and poisoned its rings.
+TEST(Faults, StoppedRankIsNamedByEverySurvivor) {
+  const int n = 4, victim = 2;
+  sntest::Watchdog dog(180, "SIGSTOP scenario");
+  Shared* sh = runScenario(
+      n, {{"SNCCL_TIMEOUT", "3"}}, [&](int r, Shared* s) { allreduceLoop(r, s, n, victim, -1); },
+      [&](Shared* s, const std::vector<pid_t>& pids) {
+        double end = nowSec() + 60;
+        auto minIters = [&] {
+          int m = 1 << 30;
+          for (int r = 0; r < n; ++r) m = std::min(m, __atomic_load_n(&s->r[r].iters, __ATOMIC_ACQUIRE));
+          return m;
+        };
+        while (minIters() < 3 && nowSec() < end) usleep(1000);
+        usleep(3000);
+        s->tEvent = nowSec();
+        kill(pids[victim], SIGSTOP);
+        auto survivorsDone = [&] {
+          for (int r = 0; r < n; ++r)
+            if (r != victim && __atomic_load_n(&s->r[r].done, __ATOMIC_ACQUIRE) == 0) return false;
+          return true;
+        };
+        end = nowSec() + 60;
+        while (!survivorsDone() && nowSec() < end) usleep(2000);
+        kill(pids[victim], SIGKILL);
+      });
+  ASSERT_NE(sh, nullptr);
+  checkSurvivors(sh, n, victim);
+  mp::freeShared(sh);
+}
+
 // The survivors of a dead rank shrink it away (NCCL_SHRINK_ABORT) and carry on.
 TEST(Faults, SurvivorsShrinkAwayADeadRank) {
   const int n = 4, victim = 2;
