@@ -26,6 +26,11 @@ enum ExitCode { kOk = 0, kInternal = 1, kCudaError = 2, kNcclError = 3, kTimeout
 enum OpKind { kSum, kProd, kMax, kMin, kAvg, kMulSum, kNumOpKinds };
 const char* opKindName(int op);
 
+// How the tools allocate their buffers ("-A"): ncclMemAlloc, or what a torch or MPI program
+// passes, plain malloc or posix_memalign to 64 bytes (torch's CPU allocator).
+enum class BufAlloc { kMemAlloc, kMalloc, kMemalign };
+const char* bufAllocName(BufAlloc a);
+
 struct Options {
   int nThreads = 1;
   int nGpus = 1;
@@ -43,6 +48,7 @@ struct Options {
   int timeoutSec = 0;
   int localRegister = 0;
   int unalign = 0;
+  BufAlloc alloc = BufAlloc::kMemAlloc;
   bool parallelInit = false;
   bool streamNull = false;
   bool cpuTime = false;

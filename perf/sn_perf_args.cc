@@ -32,6 +32,7 @@ const option kLongOpts[] = {
     {"device_cta_count", required_argument, nullptr, 'V'}, {"output_file", required_argument, nullptr, 'J'},
     {"unalign", required_argument, nullptr, 'u'},        {"memory", required_argument, nullptr, 'M'},
     {"per_iter_timing", required_argument, nullptr, 'I'}, {"per_iter_skip", required_argument, nullptr, 'K'},
+    {"alloc", required_argument, nullptr, 'A'},
     {"help", no_argument, nullptr, 'h'},                 {nullptr, 0, nullptr, 0}};
 
 void usage(const char* prog) {
@@ -50,6 +51,8 @@ void usage(const char* prog) {
       "  [-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n"
       "  [-R,--local_register <0/1/2> (1: ncclCommRegister, 2: symmetric window)]\n"
       "  [-J,--output_file <JSON report file>] [-u,--unalign <elements>] [-M,--memory <0/1>]\n"
+      "  [-A,--alloc <memalloc/malloc/memalign> buffers from ncclMemAlloc (default), malloc, or\n"
+      "   posix_memalign to 64 bytes]\n"
       "  [-h,--help]\n"
       "Ranks = processes x threads x ranks per thread. Processes: mpirun (the *_perf_mpi\n"
       "executables) or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (perf/launch_local.sh).\n"
@@ -91,6 +94,15 @@ bool parseOps(const char* text, Options* o) {
   return !o->ops.empty();
 }
 
+bool parseAlloc(const char* text, Options* o) {
+  for (BufAlloc a : {BufAlloc::kMemAlloc, BufAlloc::kMalloc, BufAlloc::kMemalign})
+    if (std::strcmp(text, bufAllocName(a)) == 0) {
+      o->alloc = a;
+      return true;
+    }
+  return false;
+}
+
 // A flag for CUDA-only machinery: accepted when it asks for nothing.
 int refuseDevice(const char* prog, int flag, const char* arg, const char* what) {
   int v = 0;
@@ -130,6 +142,7 @@ int applyFlag(int c, const char* arg, const char* prog, Options* o) {
     case 'J': o->jsonFile = arg; break;
     case 'u': ok = parseInt(arg, 0, 1 << 20, &o->unalign); break;
     case 'M': ok = parseBool(arg, &o->memReport); break;
+    case 'A': ok = parseAlloc(arg, o); break;
     case 'G': return refuseDevice(prog, c, arg, "CUDA graphs");
     case 'D': return refuseDevice(prog, c, arg, "device implementation");
     case 'x': return refuseDevice(prog, c, arg, "CTA policy");
@@ -148,6 +161,14 @@ int applyFlag(int c, const char* arg, const char* prog, Options* o) {
 }
 
 }  // namespace
+
+const char* bufAllocName(BufAlloc a) {
+  switch (a) {
+    case BufAlloc::kMalloc: return "malloc";
+    case BufAlloc::kMemalign: return "memalign";
+    default: return "memalloc";
+  }
+}
 
 bool parseSize(const char* text, size_t* out) {
   char* end = nullptr;
@@ -170,7 +191,7 @@ bool parseSize(const char* text, size_t* out) {
 int parseOptions(int argc, char** argv, const char* prog, Options* o) {
   optind = 0;  // GNU getopt: full re-initialisation, so the parser can run more than once
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:S:a:R:x:D:V:J:u:M:I:K:h", kLongOpts,
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:S:a:R:x:D:V:J:u:M:I:K:A:h", kLongOpts,
                           nullptr)) != -1) {
     int rc = applyFlag(c, optarg, prog, o);
     if (rc >= 0) return rc;

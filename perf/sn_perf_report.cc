@@ -65,7 +65,7 @@ std::string jsonConfig(const Options& o, const RunInfo& info) {
               o.warmup, o.iters, o.aggIters, o.cycles, o.check);
   s += format("\"graph\": 0, \"unalign\": %d, \"blocking\": %d, \"average\": %d, \"timeout\": %d, ", o.unalign,
               o.blocking, o.average, o.timeoutSec);
-  s += format("\"local_register\": %d, \"root\": ", o.localRegister);
+  s += format("\"local_register\": %d, \"alloc\": \"%s\", \"root\": ", o.localRegister, bufAllocName(o.alloc));
   s += o.root < 0 ? std::string("\"all\"") : format("%d", o.root);
   return s + ", \"datatypes\": [" + types + "], \"ops\": [" + ops + "]}";
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "sn_perf_data.h"
@@ -105,6 +106,40 @@ void initComms(Ctx& c) {
   for (RankBufs& rb : c.ranks) job.dog.add(rb.comm);
 }
 
+// One write per page of [p, p + bytes): the first-touch faults happen here, at setup, as
+// they do inside ncclMemAlloc, so that -A compares allocation kinds and not page faults.
+void prefault(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  volatile char* c = static_cast<char*>(p);
+  for (size_t off = 0; off < bytes; off += page) c[off] = 0;
+  c[bytes - 1] = 0;  // the last page when p is not page aligned
+}
+
+// One buffer of the kind -A names.
+void* allocBuf(Job& job, ncclComm_t comm, size_t bytes) {
+  void* p = nullptr;
+  switch (job.opt.alloc) {
+    case BufAlloc::kMemAlloc:
+      SNP_NCCL(job, comm, ncclMemAlloc(&p, bytes));
+      return p;
+    case BufAlloc::kMalloc:
+      p = std::malloc(bytes);
+      break;
+    case BufAlloc::kMemalign:
+      if (posix_memalign(&p, 64, bytes) != 0) p = nullptr;
+      break;
+  }
+  if (p == nullptr) failInternal(job, "cannot allocate " + std::to_string(bytes) + " bytes", __FILE__, __LINE__);
+  prefault(p, bytes);
+  return p;
+}
+
+void freeBuf(Job& job, ncclComm_t comm, void* p) {
+  if (job.opt.alloc == BufAlloc::kMemAlloc) SNP_NCCL(job, comm, ncclMemFree(p));
+  else std::free(p);
+}
+
 // Buffers are allocated once, for the largest size of any datatype, and reused; the slack
 // covers -u's misalignment.
 void allocBuffers(Ctx& c) {
@@ -114,14 +149,10 @@ void allocBuffers(Ctx& c) {
   for (RankBufs& rb : c.ranks) {
     rb.sendBytes = k.send + slack;
     rb.recvBytes = std::max(k.send, k.recv) + slack;
-    void* p = nullptr;
-    SNP_NCCL(job, rb.comm, ncclMemAlloc(&p, rb.sendBytes));
-    rb.send = static_cast<char*>(p);
-    SNP_NCCL(job, rb.comm, ncclMemAlloc(&p, rb.recvBytes));
-    rb.recv = static_cast<char*>(p);
-    SNP_NCCL(job, rb.comm, ncclMemAlloc(&p, 64));
-    rb.sync = static_cast<int32_t*>(p);
-    if (job.opt.localRegister == 1) {
+    rb.send = static_cast<char*>(allocBuf(job, rb.comm, rb.sendBytes));
+    rb.recv = static_cast<char*>(allocBuf(job, rb.comm, rb.recvBytes));
+    rb.sync = static_cast<int32_t*>(allocBuf(job, rb.comm, 64));
+  if (job.opt.localRegister == 1) {
       SNP_NCCL(job, rb.comm, ncclCommRegister(rb.comm, rb.send, rb.sendBytes, &rb.regHandles[0]));
       SNP_NCCL(job, rb.comm, ncclCommRegister(rb.comm, rb.recv, rb.recvBytes, &rb.regHandles[1]));
     }
@@ -150,9 +181,10 @@ void freeAll(Ctx& c) {
     for (void* h : rb.regHandles)
       if (h) SNP_NCCL(c.job, rb.comm, ncclCommDeregister(rb.comm, h));
     if (rb.win) SNP_NCCL(c.job, rb.comm, ncclCommWindowDeregister(rb.comm, rb.win));
-    SNP_NCCL(c.job, rb.comm, ncclMemFree(rb.send));
-    SNP_NCCL(c.job, rb.comm, ncclMemFree(rb.recv));
-    SNP_NCCL(c.job, rb.comm, ncclMemFree(rb.sync));
+    // Deregistered above, before the memory goes back.
+    freeBuf(c.job, rb.comm, rb.send);
+    freeBuf(c.job, rb.comm, rb.recv);
+    freeBuf(c.job, rb.comm, rb.sync);
     c.job.dog.remove(rb.comm);
     settleOne(c, rb, ncclCommFinalize(rb.comm), __FILE__, __LINE__);
     SNP_NCCL(c.job, rb.comm, ncclCommDestroy(rb.comm));

@@ -96,12 +96,22 @@ void runThreads(Job& job) {
   for (std::thread& th : threads) th.join();
 }
 
+// How the buffers were allocated and registered (-A, -R), for the -M line.
+std::string allocDesc(const Options& o) {
+  std::string s = o.alloc == BufAlloc::kMemAlloc ? "ncclMemAlloc"
+                  : o.alloc == BufAlloc::kMalloc ? "malloc"
+                                                 : "posix_memalign 64";
+  if (o.localRegister == 1) s += ", ncclCommRegister";
+  if (o.localRegister == 2) s += ", symmetric window";
+  return s;
+}
+
 // -M: what each rank holds; there is no device memory to report.
 std::vector<std::string> memReport(const Options& o, const CollDesc& coll, size_t maxBytes, int nRanks) {
   if (!o.memReport) return {};
   const Counts k = coll.counts(maxBytes, 1, nRanks);
   return {"# Host memory per rank: send " + std::to_string(k.send) + " B, recv " +
-          std::to_string(std::max(k.send, k.recv)) + " B (ncclMemAlloc, prefaulted, reused for every size)"};
+          std::to_string(std::max(k.send, k.recv)) + " B (" + allocDesc(o) + ", prefaulted, reused for every size)"};
 }
 
 uint64_t totalErrorResults(Job& job) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "mp/user_buffers.h"
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
 #include "net/strict_net.h"
@@ -96,6 +97,28 @@ TEST(NetReg, CollectivesOverAPluginWithoutImm) {
   tiny.env.push_back({"SNCCL_STEPS", "2"});
   o = nettest::runCluster(tiny, checkAllStrict(nettest::StrictNet::kNoImm));
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// What torch and MPI programs pass (mp/user_buffers.h), over a plugin that demands
+// registered memory: malloc'd buffers freed and reallocated between calls (often at the
+// same address), registered in odd rounds, and registered buffers in a process that forks
+// a child which never calls snccl. Every plugin call must be covered by a live
+// registration, so a cache entry outliving its buffer would be caught.
+TEST(NetReg, ReallocatedAndForkSharedMallocBuffers) {
+  for (bool forks : {false, true}) {
+    Outcome o = nettest::runCluster(strictCluster(3), [forks](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+      bool ok = forks ? userbuf::forkBody(comm, rank, n) : userbuf::reallocBody(comm, rank, n);
+      std::string err = ok ? "" : "a call failed or a result was wrong (the rank's stderr says which)";
+      if (ok && strictNet(nettest::StrictNet::kStrict)->violations() != 0) {
+        ok = false;
+        err = std::to_string(strictNet(nettest::StrictNet::kStrict)->violations()) +
+              " plugin calls without a covering registration";
+      }
+      nettest::report(sh, rank, ok ? 0 : 1, err);
+      return ok;
+    });
+    EXPECT_TRUE(o.allExitedZero()) << (forks ? "fork: " : "reallocated: ") << o.describe();
+  }
 }
 
 // Listen handles of 328 bytes travel whole from receiver to sender (ConnBlob::payload).

@@ -289,6 +289,44 @@ def case_env(a):
     print("ok env mode: #wrong summed across processes")
 
 
+# Odd element counts (3 and 32771 floats), the second spanning several pages.
+ODD = ["-b", "12", "-e", "131084", "-i", "131072", "-n", "2", "-w", "1", "-c", "1"]
+
+
+def case_alloc(a):
+    """-A malloc and memalign: checked runs (both placements per row) on 2 and 3 thread ranks
+    and on 2 processes, aligned and -u 1, alone and with -R 1; -M and -J name the kind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for alloc in ("malloc", "memalign"):
+            for coll in ("allreduce", "broadcast", "sendrecv"):
+                extra = ["-r", "all"] if coll in ROOTED else []
+                for n in (2, 3):
+                    for flags in ([], ["-u", "1"], ["-u", "1", "-R", "1"]):
+                        js = os.path.join(tmp, "%s-%s-%d.json" % (alloc, coll, n))
+                        args = [tool(a.bindir, coll)] + ODD + ["-t", str(n), "-A", alloc, "-J", js] + extra + flags
+                        rc, out, err = run(args)
+                        expect(rc == 0, "%s exited %d: %s" % (" ".join(args[1:]), rc, err), out)
+                        rows, _ = check_output(out, "sn_%s_perf" % coll, n, coll, nthreads=n, ngpus=1)
+                        expect(len(rows) == 2 * (n if coll in ROOTED else 1), "one row per size (and root)", out)
+                        expect(any(r["count"] % 2 == 1 and r["count"] > 1024 for r in rows), "odd counts", out)
+                        doc = check_json(js, rows, coll, n)
+                        expect(doc["config"].get("alloc") == alloc, "JSON config names the allocation")
+                for flags in ([], ["-u", "1", "-R", "1"]):
+                    rc, out, err = launch_env(a, 2, coll, ODD + ["-A", alloc] + extra + flags)
+                    expect(rc == 0, "%s -A %s %s on 2 processes exited %d: %s" % (coll, alloc, flags, rc, err), out)
+                    check_output(out, "sn_%s_perf" % coll, 2, coll, pids=2)
+                print("ok %s -A %s: 2 and 3 threads, 2 processes" % (coll, alloc))
+        want = {"memalloc": "(ncclMemAlloc, prefaulted", "malloc": "(malloc, ncclCommRegister, prefaulted",
+                "memalign": "(posix_memalign 64, prefaulted"}
+        for alloc, text in want.items():
+            flags = ["-R", "1"] if alloc == "malloc" else []
+            rc, out, err = run([tool(a.bindir, "allreduce")] + SMALL + ["-t", "2", "-M", "1", "-A", alloc] + flags)
+            expect(rc == 0 and "# Host memory per rank: " in out and text in out, "-M names the allocation", out)
+        rc, out, err = run([tool(a.bindir, "allreduce"), "-A", "mmap"])
+        expect(rc == 6 and "invalid value" in err, "-A mmap is refused", err)
+        print("ok -M and usage")
+
+
 def case_mpi(a):
     """Mode (b): mpirun with the *_perf_mpi executables."""
     mpi_tool = tool(a.bindir, "allreduce", mpi=True)
@@ -305,6 +343,11 @@ def case_mpi(a):
             rows, _ = check_output(out, "sn_%s_perf_mpi" % coll, n, coll, pids=2)
             check_json(js, rows, coll, n)
             print("ok mpirun %s: 2 processes, %d ranks" % (coll, n))
+    for alloc in ("malloc", "memalign"):
+        rc, out, err = run(base + [mpi_tool] + ODD + ["-A", alloc, "-u", "1"])
+        expect(rc == 0, "mpirun allreduce -A %s exited %d: %s" % (alloc, rc, err), out)
+        check_output(out, "sn_allreduce_perf_mpi", 2, "allreduce", pids=2)
+        print("ok mpirun -A %s" % alloc)
     rc, out, err = run(base + [mpi_tool] + SMALL, env={"SNCCL_PERF_INJECT_WRONG": "1"})
     expect(rc != 0 and "FAILED" in out, "corruption under mpirun fails the job", out + err)
     rc, out, err = run(base + [tool(a.bindir, "allreduce")] + SMALL)
@@ -362,7 +405,7 @@ def free_port():
 
 
 CASES = {"format": case_format, "groups": case_groups, "types": case_types, "inject": case_inject,
-         "options": case_options, "env": case_env, "mpi": case_mpi, "timeout": case_timeout}
+         "options": case_options, "env": case_env, "alloc": case_alloc, "mpi": case_mpi, "timeout": case_timeout}
 
 
 def main():
