@@ -9,6 +9,9 @@ OPTIONAL=(libhwloc-dev openmpi-bin libopenmpi-dev)
 OPTIONAL+=(iperf3)  # perf/compare --cases netns: the TCP path's reference throughput
 OPTIONAL+=(libibverbs-dev)  # rdma-core headers: the IB net (without them it is not built)
 OPTIONAL+=(python3-torch libtorch-dev pybind11-dev python3-pytest)  # the PyTorch backend, its tests
+# clang and its runtimes (libFuzzer; only recommended by clang, and recommends are not
+# installed): the fuzz harnesses, scripts/fuzz.sh
+OPTIONAL+=(clang libclang-rt-14-dev)
 
 missing_packages() {
   local p

@@ -3,7 +3,9 @@
 # over Soft-RoCE in QEMU guests, tests/rdma/rxe_vm.sh; about 4 minutes) as a tier of their own
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
-# 1.5 minutes more than without). Tests fork processes and spin: at most -j2.
+# 1.5 minutes more than without); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
+# each over its seeds and 20 s of fuzzing (scripts/fuzz.sh; about 3 minutes; SKIP without
+# clang). Tests fork processes and spin: at most -j2.
 # A failed build or test does not stop the rest; the exit status reports any failure.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
@@ -29,6 +31,9 @@ mapfile -t targets < <(test_targets build-asan "$labels")
 build build-asan "${targets[@]}" || fail=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L "$labels" || fail=1
+
+echo "== fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 20 s each"
+bash "$ROOT/scripts/fuzz.sh" || fail=1
 
 echo "== verbs over Soft-RoCE (QEMU): $(grep -E 'tests passed|No tests were found' "$rdma_log" |
   tail -n 1), skipped: $(grep -c '(Skipped)' "$rdma_log" || true)"

@@ -23,6 +23,8 @@ inline constexpr size_t kMaxTreeDepth = 64;
 // NVLink and C2C entries of one GPU, and <pcilink>s of one switch (a GPU has at most 18
 // NVLinks, each peer listed once).
 inline constexpr size_t kMaxNvlinksPerGpu = 64;
+// Links between one pair of devices: an <nvlink count>, an NV<n> cell of nvidia-smi.
+inline constexpr int kMaxLinkCount = 64;
 // The largest CPU id an affinity mask or CPU list may name.
 inline constexpr int kMaxCpuId = 65535;
 // Notes (things a reader ignored) kept per System; the rest are counted.

@@ -5,7 +5,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <utility>
 
+#include "topology/limits.h"
 #include "topology/xml.h"
 
 namespace snccl::topo {
@@ -122,13 +124,22 @@ class Reader {
     b_.addNote(format("%s:%d: ignored unknown element <%s>", source_.c_str(), el.line, el.name.c_str()));
   }
 
-  // Integer attribute; empty text leaves *out unchanged (NCCL treats "" as unset).
+  // Integer attribute; empty text leaves *out unchanged (NCCL treats "" as unset). A value
+  // *out cannot hold is refused, not truncated.
   template <class T>
   Status intValue(const XmlElement& el, const std::string& key, const std::string& value, T* out) {
     if (trim(value).empty()) return OkStatus();
     int64_t v = 0;
     if (!parseI64(value, &v)) return badAttr(el, key, value, "not an integer");
+    if (!std::in_range<T>(v)) return badAttr(el, key, value, "out of range");
     *out = static_cast<T>(v);
+    return OkStatus();
+  }
+  // PCI classes and ids: unsigned, written back in hex; -1 (unknown) is the absent attribute.
+  template <class T>
+  Status pciId(const XmlElement& el, const std::string& key, const std::string& value, T* out) {
+    SNCCL_TRY(intValue(el, key, value, out));
+    if (*out < -1) return badAttr(el, key, value, "not a PCI class or id (negative)");
     return OkStatus();
   }
 
@@ -173,15 +184,15 @@ class Reader {
         p->busId = normalizeBusId(trim(v));
         if (p->busId.empty()) return badAttr(el, k, v, "not a PCI bus id (dddd:bb:dd.f)");
       } else if (k == "class") {
-        SNCCL_TRY(intValue(el, k, v, &p->classCode));
+        SNCCL_TRY(pciId(el, k, v, &p->classCode));
       } else if (k == "vendor") {
-        SNCCL_TRY(intValue(el, k, v, &p->vendor));
+        SNCCL_TRY(pciId(el, k, v, &p->vendor));
       } else if (k == "device") {
-        SNCCL_TRY(intValue(el, k, v, &p->device));
+        SNCCL_TRY(pciId(el, k, v, &p->device));
       } else if (k == "subsystem_vendor") {
-        SNCCL_TRY(intValue(el, k, v, &p->subsystemVendor));
+        SNCCL_TRY(pciId(el, k, v, &p->subsystemVendor));
       } else if (k == "subsystem_device") {
-        SNCCL_TRY(intValue(el, k, v, &p->subsystemDevice));
+        SNCCL_TRY(pciId(el, k, v, &p->subsystemDevice));
       } else if (k == "link_speed") {
         parseLinkSpeed(v, p);
       } else if (k == "link_width") {
@@ -257,8 +268,8 @@ class Reader {
         if (t == nullptr) return err(ch, "<nvlink> without a target");
         s.target = std::string(trim(*t));
         if (const std::string* c = ch.attr("count")) SNCCL_TRY(intValue(ch, "count", *c, &s.count));
-        if (const std::string* c = ch.attr("tclass")) SNCCL_TRY(intValue(ch, "tclass", *c, &s.tclass));
-        if (s.count < 0 || s.count > 64) return err(ch, "<nvlink count=\"%d\">: not a link count", s.count);
+        if (const std::string* c = ch.attr("tclass")) SNCCL_TRY(pciId(ch, "tclass", *c, &s.tclass));
+        if (s.count < 0 || s.count > kMaxLinkCount) return err(ch, "<nvlink count=\"%d\">: not a link count", s.count);
         g->nvlinks.push_back(std::move(s));
       } else if (ch.name == "c2c") {
         C2cSpec c;

@@ -34,8 +34,11 @@ bool validCell(std::string& c) {
   static constexpr const char* kCodes[] = {"X", "PIX", "PXB", "PHB", "NODE", "SYS", "NVB", "C2C"};
   for (const char* k : kCodes)
     if (c == k) return true;
-  if (c.size() > 2 && c.compare(0, 2, "NV") == 0) {
-    return std::all_of(c.begin() + 2, c.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  // NV<n>: n links, at most kMaxLinkCount (what an NCCL XML <nvlink count> may say, so
+  // the synthesized System writes out and reads back).
+  if (c.size() > 2 && c.size() <= 4 && c.compare(0, 2, "NV") == 0 &&
+      std::all_of(c.begin() + 2, c.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return std::atoi(c.c_str() + 2) <= kMaxLinkCount;
   }
   return false;
 }
@@ -87,6 +90,11 @@ Status parseRow(const std::vector<std::string>& tok, size_t row, int line, const
 }  // namespace
 
 Result<SmiMatrix> parseSmiMatrix(std::string_view text, const std::string& source) {
+  // Names from the table end up in NCCL XML and log lines, which cannot carry a NUL.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(nul), '\n'));
+    return InvalidArgument("%s:%zu: NUL byte in the file (binary data?)", source.c_str(), line);
+  }
   Lines lines(text);
   SmiMatrix m;
   size_t i = 0;

@@ -129,8 +129,9 @@ TEST(SmiFiles, L40sNodeAndLegend) {
 }
 
 TEST(SmiFiles, MalformedTablesNameFileAndLine) {
+  using namespace std::string_view_literals;
   struct Case {
-    const char* text;
+    std::string_view text;
     const char* expect;
   };
   const Case cases[] = {
@@ -142,6 +143,11 @@ TEST(SmiFiles, MalformedTablesNameFileAndLine) {
       {"\tGPU0\tGPU1\nGPU7\t X \tPIX\n", "s.txt:2: 'GPU7' is not a device of the header"},
       {"\tGPU0\tGPU0\n", "s.txt:1: device GPU0 named twice"},
       {"\n\tGPU0\tGPU1\n", "s.txt:2: the header is not followed by any device row"},
+      // More links than an NCCL XML <nvlink count> may hold.
+      {"\tGPU0\tGPU1\nGPU0\t X \tNV65\nGPU1\tNV65\t X\n", "s.txt:2: row GPU0 column GPU1: unknown cell 'NV65'"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tNV1818\n", "s.txt:2: row GPU0 column GPU1: unknown cell 'NV1818'"},
+      // A legend name would carry the NUL into NCCL XML.
+      {"\tGPU0\tNIC0\nGPU0\t X \tPIX\n\nLegend:\n  NIC0: ml\0x5\n"sv, "s.txt:5: NUL byte"},
   };
   for (const Case& c : cases) {
     Result<SmiMatrix> m = parseSmiMatrix(c.text, "s.txt");

@@ -98,6 +98,10 @@ TEST(NcclXml, MalformedFilesNameFileLineAndReason) {
       {"<system version=\"1\">\n <cpu>\n  <pci busid=\"0000:01:00.0\" class=\"0x020000\">\n   <nic><net name=\"x\" speed=\"fast\"/></nic>\n"
        "  </pci>\n </cpu>\n</system>",
        "m.xml:4: <net speed=\"fast\">: not an integer"},
+      // Written back as 64-bit hex, which would not read back.
+      {"<system version=\"1\">\n <cpu>\n  <pci busid=\"0000:01:00.0\" vendor=\"-0x10de\"/>\n </cpu>\n</system>",
+       "m.xml:3: <pci vendor=\"-0x10de\">: not a PCI class or id"},
+      {"<system version=\"1\">\n <cpu numaid=\"4294967296\"/>\n</system>", "m.xml:2: <cpu numaid=\"4294967296\">: out of range"},
   };
   for (const Case& c : cases) {
     Result<System> r = readNcclXml(c.text, "m.xml");
