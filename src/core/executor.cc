@@ -27,9 +27,6 @@ constexpr size_t kSendAtPointerMin = 32 * 1024;
 constexpr size_t kRecvAtPointerMin = 32 * 1024;
 constexpr int64_t kLivenessPeriodNs = 20000000;  // look for dead peers every 20 ms while sleeping
 
-// " after rank N (pid P, host H) failed" when a failure that `peer` passed on (a poisoned
-// ring, an abort notice) started at another rank; empty when it started at the peer, or
-// when `origin` names no rank.
 // A rank of this host (same pid namespace) that is stopped (SIGSTOP, a debugger), or -1.
 // Such a rank makes every rank time out within moments of the others; each must name it
 // rather than the neighbour it happened to wait on, which may be waiting on it too.
@@ -43,6 +40,9 @@ int stoppedLocalRank(const ncclComm& comm) {
   return -1;
 }
 
+// " after rank N (pid P, host H) failed" when a failure that `peer` passed on (a poisoned
+// ring, an abort notice) started at another rank; empty when it started at the peer, or
+// when `origin` names no rank.
 std::string failedBefore(const ncclComm& comm, int origin, int peer) {
   if (origin < 0 || origin >= comm.nranks || origin == peer) return std::string();
   const PeerInfo& o = comm.peers.info[origin];
