@@ -245,19 +245,24 @@ TEST(Faults, DeadRankNotYetReapedByItsParent) {
   mp::freeShared(sh);
 }
 
+// The supervisor's wait until every rank completed `iters` collectives (60 s at most).
+void waitForIters(Shared* s, int n, int iters) {
+  double end = nowSec() + 60;
+  auto minIters = [&] {
+    int m = 1 << 30;
+    for (int r = 0; r < n; ++r) m = std::min(m, __atomic_load_n(&s->r[r].iters, __ATOMIC_ACQUIRE));
+    return m;
+  };
+  while (minIters() < iters && nowSec() < end) usleep(1000);
+}
+
 TEST(Faults, RankKilledByParentMidCollective) {
   const int n = 4, victim = 1;
   sntest::Watchdog dog(180, "SIGKILL from the parent scenario");
   Shared* sh = runScenario(
       n, kTimeout20, [&](int r, Shared* s) { allreduceLoop(r, s, n, victim, -1); },
       [&](Shared* s, const std::vector<pid_t>& pids) {
-        double end = nowSec() + 60;
-        auto minIters = [&] {
-          int m = 1 << 30;
-          for (int r = 0; r < n; ++r) m = std::min(m, __atomic_load_n(&s->r[r].iters, __ATOMIC_ACQUIRE));
-          return m;
-        };
-        while (minIters() < 3 && nowSec() < end) usleep(1000);
+        waitForIters(s, n, 3);
         usleep(3000);  // somewhere inside the next allreduce
         s->tEvent = nowSec();
         kill(pids[victim], SIGKILL);
@@ -276,13 +281,7 @@ TEST(Faults, StoppedRankIsNamedByEverySurvivor) {
   Shared* sh = runScenario(
       n, {{"SNCCL_TIMEOUT", "3"}}, [&](int r, Shared* s) { allreduceLoop(r, s, n, victim, -1); },
       [&](Shared* s, const std::vector<pid_t>& pids) {
-        double end = nowSec() + 60;
-        auto minIters = [&] {
-          int m = 1 << 30;
-          for (int r = 0; r < n; ++r) m = std::min(m, __atomic_load_n(&s->r[r].iters, __ATOMIC_ACQUIRE));
-          return m;
-        };
-        while (minIters() < 3 && nowSec() < end) usleep(1000);
+        waitForIters(s, n, 3);
         usleep(3000);
         s->tEvent = nowSec();
         kill(pids[victim], SIGSTOP);
@@ -291,7 +290,7 @@ TEST(Faults, StoppedRankIsNamedByEverySurvivor) {
             if (r != victim && __atomic_load_n(&s->r[r].done, __ATOMIC_ACQUIRE) == 0) return false;
           return true;
         };
-        end = nowSec() + 60;
+        double end = nowSec() + 60;
         while (!survivorsDone() && nowSec() < end) usleep(2000);
         kill(pids[victim], SIGKILL);
       });
