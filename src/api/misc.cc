@@ -11,6 +11,7 @@
 
 #include "api/export.h"
 #include "collectives/kernels/reduce.h"
+#include "common/params.h"
 #include "core/comm.h"
 #include "core/mem_blocks.h"
 
@@ -31,10 +32,26 @@ SNCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   return apiResult(memblocks::release(ptr), "ncclMemFree");
 }
 
+// Whether registering `size` bytes on `comm` should make the buffer's pages readable by
+// the node's other processes (core/user_pages.h): only where the single-copy AllReduce
+// could use them, i.e. a communicator of one node with ranks in other processes, and a
+// buffer at least as large as the smallest single-copy AllReduce.
+namespace {
+bool shareRegistered(const ncclComm* comm, size_t size) {
+  if (params::getInt(params::Id::ShareRegistered) == 0 || !comm->singleCopy.mappable) return false;
+  if (comm->singleCopy.minBytes == 0 || size < comm->singleCopy.minBytes) return false;
+  const uint64_t me = comm->peers.info[comm->rank].processToken;
+  for (const PeerInfo& p : comm->peers.info)
+    if (p.processToken != me) return true;
+  return false;
+}
+}  // namespace
+
 // Host buffers need no registration for the shm and local transports; the handle
 // records the range so deregistration can be checked, and net plugins that need
 // registration register it with their comms when a message first uses it
-// (net/reg_cache.h, which also says what deregistering a buffer in use does).
+// (net/reg_cache.h, which also says what deregistering a buffer in use does). Large
+// buffers on a communicator of one node's processes are also shared (shareRegistered).
 SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   Status st = checkComm(comm, false);
   if (st.ok() && (handle == nullptr || (buff == nullptr && size > 0)))
@@ -45,7 +62,7 @@ SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
   if (st.ok() && size > UINTPTR_MAX - kPageSlack - reinterpret_cast<uintptr_t>(buff))
     st = InvalidArgument("buff %p + size %zu lies past the end of the address space", buff, size);
   if (!st.ok()) return apiResult(st, "ncclCommRegister");
-  *handle = comm->regs.add(buff, size);
+  *handle = comm->regs.add(buff, size, shareRegistered(comm, size));
   return ncclSuccess;
 }
 

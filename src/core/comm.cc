@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "core/executor.h"
+#include "core/user_pages.h"
 #include "topology/affinity.h"
 #include "topology/rank_pinning.h"
 
@@ -20,8 +21,11 @@ namespace snccl {
 CommCaches::CommCaches(std::shared_ptr<net::RegCache> regs) : scratchPool{std::move(regs)} {}
 CommCaches::~CommCaches() = default;
 
-Registration* CommRegistrations::add(void* buff, size_t size) {
-  auto reg = std::make_unique<Registration>(Registration{buff, size, net->add(buff, size)});
+Registration* CommRegistrations::add(void* buff, size_t size, bool share) {
+  // Shared before the net may register the pages with a NIC: a registration pins the
+  // physical pages, which must be the ones the addresses keep.
+  const uint64_t shared = share ? userpages::share(buff, size) : 0;
+  auto reg = std::make_unique<Registration>(Registration{buff, size, net->add(buff, size), shared});
   Registration* handle = reg.get();
   std::lock_guard<std::mutex> lock(mutex_);
   list_.push_back(std::move(reg));
@@ -55,11 +59,16 @@ PreMulOp CommRedOps::at(size_t idx) {
   return preMul_[idx];
 }
 
+CommRegistrations::~CommRegistrations() {
+  for (const auto& r : list_) userpages::release(r->sharedId);
+}
+
 bool CommRegistrations::remove(const void* handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = std::find_if(list_.begin(), list_.end(), [&](const auto& r) { return r.get() == handle; });
   if (it == list_.end()) return false;
   net->remove((*it)->netId);
+  userpages::release((*it)->sharedId);
   list_.erase(it);
   return true;
 }

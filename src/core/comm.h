@@ -49,12 +49,14 @@ Status parseConfig(const ncclConfig_t* user, CommConfig* out);
 struct AlgorithmDef;
 
 // A buffer registered with ncclCommRegister: the record lets deregistration be checked,
-// and netId is its range in ncclComm::regs.net, where net plugins that need registration
-// find it (shm and local need none).
+// netId is its range in ncclComm::regs.net, where net plugins that need registration
+// find it (shm and local need none), and sharedId its pages made readable by the node's
+// other processes (core/user_pages.h; 0: not shared).
 struct Registration {
   void* buff;
   size_t size;
   uint64_t netId;
+  uint64_t sharedId;
 };
 
 // One connection of a rank in one direction: the peer and the channel (schedule.h).
@@ -181,10 +183,20 @@ struct CommSingleCopy {
 
 // Buffers registered with ncclCommRegister (core/comm.cc).
 struct CommRegistrations {
-  // Records [buff, buff + size) and adds it to `net`; the record is the user's handle.
-  Registration* add(void* buff, size_t size);
-  // Removes a record add() returned, from `net` too; false if `handle` is none (or was
-  // removed already).
+  CommRegistrations() = default;
+  CommRegistrations(const CommRegistrations&) = delete;
+  CommRegistrations& operator=(const CommRegistrations&) = delete;
+  // Registrations the user did not remove end with the communicator: their shared pages
+  // become private again (the net's go with `net`).
+  ~CommRegistrations();
+
+  // Records [buff, buff + size) and adds it to `net`; with `share`, also moves its whole
+  // pages onto a memory file the node's processes can map (core/user_pages.h). The
+  // record is the user's handle.
+  Registration* add(void* buff, size_t size, bool share);
+  // Removes a record add() returned, from `net` too, and makes its pages private again
+  // when no other registration shares them; false if `handle` is none (or was removed
+  // already).
   bool remove(const void* handle);
 
   // The registered ranges the net connections may send from and receive into in place

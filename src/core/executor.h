@@ -73,6 +73,16 @@ struct ExecOp {
   std::string describe() const;  // "AllReduce #12 (count 1024, float, sum, root -1)"
 };
 
+// Where a peer process finds one of this rank's buffers (mapped_allreduce.cc's wire
+// description): ino 0 with fd -1: off is an address (a peer in this process); ino 0
+// with fd -2: not readable; otherwise bytes [lo, size - tail) are in the memory file
+// the owner has open as fd, from offset off.
+struct MappedRef {
+  uint64_t ino = 0, off = 0;
+  int32_t fd = -2;
+  uint32_t lo = 0, tail = 0;
+};
+
 class CommRunner {
  public:
   CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket);
@@ -133,6 +143,7 @@ class CommRunner {
   template <typename Take>
   Result<bool> mappedRecvAll(const ExecOp& op, uint32_t bytes, Take take);
   Status foldOwnBlock(const ExecOp& op);
+  Status describeOwnBuffers(const engine::DataEngine& engine, char* myIn, char* myOut, size_t bytes);
   // The argument agreement of a rooted collective (call_agreement.cc): startAgreement when
   // the op starts, then progressAgreement until it returns true (every rank passed the
   // same call) or fails the op (some did not).
@@ -171,8 +182,18 @@ class CommRunner {
     bool fallback = false;
     bool folded = false;
     std::string why;  // the first peer buffer this rank could not map
-    std::vector<const char*> in;  // each rank's input, as seen here
-    std::vector<char*> out;       // each rank's output, as seen here
+    // Each rank's input and output as seen here: where its element 0 is (for a buffer
+    // only partly in a file, an address computed from the part that is: only elements of
+    // the middle segment are read through it).
+    std::vector<const char*> in;
+    std::vector<char*> out;
+    // Per rank: whether its input / output is all mapped (else its edges travel through
+    // its staging block), and that block as seen here (null when it has none).
+    std::vector<uint8_t> inFull, outFull;
+    std::vector<char*> stage;
+    size_t headBytes = 0, tailBytes = 0;  // the largest edges seen, then in elements:
+    size_t headElems = 0, tailElems = 0;  // the same on every rank once agreed
+    MappedRef ownIn, ownOut;              // this rank's, found once per op
     // Back to the start of an op; the vectors keep their capacity (no allocation per call).
     void reset(bool fallbackOnly) {
       phase = 0;
@@ -183,11 +204,26 @@ class CommRunner {
       why.clear();
       in.clear();
       out.clear();
+      inFull.clear();
+      outFull.clear();
+      stage.clear();
+      headBytes = tailBytes = headElems = tailElems = 0;
     }
   } mapped_;
+  // This runner's staging block for the edges of its buffers that are not in a file
+  // (mapped_allreduce.cc), allocated when first needed.
+  struct EdgeStage {
+    char* base = nullptr;
+    EdgeStage() = default;
+    EdgeStage(const EdgeStage&) = delete;
+    EdgeStage& operator=(const EdgeStage&) = delete;
+    ~EdgeStage();
+  } edgeStage_;
   CallAgreement agree_;
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
   std::vector<void*> foldOuts_;  // the outputs its last combine writes, this rank's first
+  std::vector<const char*> foldIns_;  // each rank's input for one segment of the fold
+  std::vector<char*> foldOutBases_;   // each rank's output for one segment of the fold
   bool claimsMade_ = false;          // the current op's rings are in driven_
   // The runner went to sleep and handed its net rings to the proxy: it leaves them there
   // until one of its steps moves again. A runner woken by its sleep's time limit with

@@ -12,8 +12,10 @@
 // block from there reads that block a second time: 2.5N at 2 ranks, measured slower.)
 //
 // A peer's buffers are mappable when the ranks are threads of one process (any memory),
-// or when they come from ncclMemAlloc, whose blocks are memory files another process can
-// map (core/mem_blocks.h, core/peer_buffers.h). Whether that holds is only known per call,
+// when they come from ncclMemAlloc, whose blocks are memory files another process can
+// map (core/mem_blocks.h, core/peer_buffers.h), or when they were registered with
+// ncclCommRegister, which moves their whole pages onto such a file
+// (core/user_pages.h). Whether that holds is only known per call,
 // so the op runs a short protocol of small messages on channel 0 of every pair, in rounds
 // that every rank runs (ExecOp::mapped is the selector's pick, the same on every rank):
 //
@@ -31,6 +33,18 @@
 // Only rank r reads or writes block r of any buffer during the call, and it reads every
 // operand of a piece before writing the piece anywhere, so the same protocol is correct
 // in place (input = output on every rank).
+//
+// Edges. A registered user buffer rarely starts or ends on a page boundary, and only its
+// whole pages are in the file: up to a page at either end is not. Every rank learns every
+// rank's edges from the descriptions and takes the largest, in whole elements
+// (headElems, tailElems: the same on every rank). A rank whose input or output is not all
+// in a file has a small staging block (ncclMemAlloc memory, EdgeStage): before it
+// describes its buffers it copies its input's first and last page there; the folds read
+// the edges of its input from there and write the edges of its output there; after
+// every "done" it copies its output's edges into place. The middle is read and written
+// directly as above.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -39,6 +53,7 @@
 #include "core/executor.h"
 #include "core/mem_blocks.h"
 #include "core/signature.h"
+#include "core/user_pages.h"
 
 namespace snccl {
 
@@ -52,14 +67,38 @@ enum MappedPhase { kDescribe, kReadDescs, kVerdict, kReadVerdicts, kFold, kReadD
 // peer's buffers are mapped and written for this rank's count, so the ranks must have
 // passed the same one.
 struct Desc {
-  uint64_t inIno, inOff, outIno, outOff;  // ino 0 with fd -1: the offset is an address
-  int32_t inFd, outFd;                    // ino 0 with fd -2: not readable by that peer
+  MappedRef in, out;
+  uint64_t stageIno, stageOff;  // the rank's EdgeStage (ino 0: none)
+  int32_t stageFd;
   uint64_t count;
 };
 static_assert(sizeof(Desc) <= kInlineBytes, "a description travels inline");
 
 constexpr int32_t kAddress = -1;
 constexpr int32_t kUnreadable = -2;
+
+size_t pageBytes() {
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return page;
+}
+// A staging block: the input's first and last edge, then the output's.
+enum StagePart { kInHead = 0, kInTail = 1, kOutHead = 2, kOutTail = 3, kStageParts = 4 };
+
+// Where this rank's buffer at `p` can be mapped from by another process: all of it (an
+// ncclMemAlloc block), its middle (a registered buffer whose edges fit the staging
+// block), or nothing.
+MappedRef describeOwn(const char* p, size_t bytes) {
+  const memblocks::FileRef blk = memblocks::find(p, bytes);
+  if (blk.ino != 0) return MappedRef{blk.ino, blk.offset, blk.fd, 0, 0};
+  const userpages::Span sp = userpages::find(p, bytes);
+  if (sp.ref.ino != 0 && sp.lo <= pageBytes() && sp.tail <= pageBytes() && sp.lo + sp.tail < bytes)
+    return MappedRef{sp.ref.ino, sp.ref.offset, sp.ref.fd, uint32_t(sp.lo), uint32_t(sp.tail)};
+  return MappedRef{0, 0, kUnreadable, 0, 0};
+}
+
+char* at(const char* base, ptrdiff_t off) {
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(base) + uintptr_t(off));
+}
 
 struct Block {
   size_t begin, end;  // elements
@@ -136,8 +175,10 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   // first. Within each line every operand is read before any output is written, so in
   // place (each output is its rank's input) the writes overwrite only what was just read.
   if (foldOuts_.size() < size_t(n)) foldOuts_.resize(size_t(n));
+  foldIns_.resize(size_t(n));
+  foldOutBases_.resize(size_t(n));
   auto outsAt = [&](size_t off) {
-    for (int d = 0; d < n; ++d) foldOuts_[size_t(d)] = mapped_.out[size_t((me + d) % n)] + off;
+    for (int d = 0; d < n; ++d) foldOuts_[size_t(d)] = at(foldOutBases_[size_t((me + d) % n)], ptrdiff_t(off));
     return foldOuts_.data();
   };
   // Every input is a rank's own contribution: PreMulSum scales each once (scale = true);
@@ -153,19 +194,40 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   const size_t piece = partialFold ? std::max<size_t>(1, size_t(4096) / es) : std::max<size_t>(1, blk.end - blk.begin);
   if (partialFold && foldTmp_.size() < piece * es) foldTmp_.assign(piece * es, 0);
   char* tmp = foldTmp_.data();
-  for (size_t at = blk.begin; at < blk.end; at += piece) {
-    const size_t len = std::min(piece, blk.end - at);
-    const size_t off = at * es;
-    const char* acc = mapped_.in[0] + off;
-    if (scalar) {
-      op.engine->copy(tmp, acc, len, op.dt, op.op, true, false);
-      acc = tmp;
+  // Three segments: the head edge, the middle, the tail edge. In an edge, a rank whose
+  // buffer is not all in a file is read and written through its staging block, whose
+  // parts are addressed like the buffer (a part holds the first or the last page).
+  const MappedState& m = mapped_;
+  const size_t page = pageBytes(), bytes = op.count * es;
+  const size_t cuts[4] = {0, m.headElems, op.count - m.tailElems, op.count};
+  for (int seg = 0; seg < 3; ++seg) {
+    const size_t from = std::max(blk.begin, cuts[seg]), to = std::min(blk.end, cuts[seg + 1]);
+    if (from >= to) continue;
+    for (size_t q = 0; q < size_t(n); ++q) {
+      const char* in = m.in[q];
+      char* out = m.out[q];
+      if (seg == 0 && !m.inFull[q]) in = m.stage[q] + kInHead * page;
+      if (seg == 0 && !m.outFull[q]) out = m.stage[q] + kOutHead * page;
+      if (seg == 2 && !m.inFull[q]) in = at(m.stage[q] + kInTail * page + page, -ptrdiff_t(bytes));
+      if (seg == 2 && !m.outFull[q]) out = at(m.stage[q] + kOutTail * page + page, -ptrdiff_t(bytes));
+      foldIns_[q] = in;
+      foldOutBases_[q] = out;
     }
-    for (int j = 1; j < n - 1; ++j) {
-      op.engine->reduce(tmp, acc, mapped_.in[size_t(j)] + off, len, op.dt, op.op, true, false);
-      acc = tmp;
+    for (size_t e0 = from; e0 < to; e0 += piece) {
+      const size_t len = std::min(piece, to - e0);
+      const ptrdiff_t off = ptrdiff_t(e0 * es);
+      const char* acc = at(foldIns_[0], off);
+      if (scalar) {
+        op.engine->copy(tmp, acc, len, op.dt, op.op, true, false);
+        acc = tmp;
+      }
+      for (int j = 1; j < n - 1; ++j) {
+        op.engine->reduce(tmp, acc, at(foldIns_[size_t(j)], off), len, op.dt, op.op, true, false);
+        acc = tmp;
+      }
+      op.engine->reduceStream(outsAt(size_t(off)), n, acc, at(foldIns_[size_t(n - 1)], off), len, op.dt, op.op, true,
+                              true);
     }
-    op.engine->reduceStream(outsAt(off), n, acc, mapped_.in[size_t(n - 1)] + off, len, op.dt, op.op, true, true);
   }
   // The streaming stores are weakly ordered: make them globally visible before the "done"
   // that lets peers read their outputs (and lets this rank return).
@@ -173,9 +235,52 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   return OkStatus();
 }
 
+CommRunner::EdgeStage::~EdgeStage() {
+  if (base != nullptr) (void)memblocks::release(base);
+}
+
+// Once per op, before the first description goes: this rank's entries of the mapped
+// state, where peer processes find its buffers, and its input's edges staged when not
+// all of a buffer is in a file.
+Status CommRunner::describeOwnBuffers(const engine::DataEngine& engine, char* myIn, char* myOut, size_t bytes) {
+  MappedState& m = mapped_;
+  const size_t n = size_t(comm_->nranks), me = size_t(comm_->rank);
+  m.in.assign(n, nullptr);
+  m.out.assign(n, nullptr);
+  m.inFull.assign(n, 1);
+  m.outFull.assign(n, 1);
+  m.stage.assign(n, nullptr);
+  m.in[me] = myIn;
+  m.out[me] = myOut;
+  m.ownIn = describeOwn(myIn, bytes);
+  m.ownOut = myOut == myIn ? m.ownIn : describeOwn(myOut, bytes);
+  m.inFull[me] = m.ownIn.lo == 0 && m.ownIn.tail == 0;
+  m.outFull[me] = m.ownOut.lo == 0 && m.ownOut.tail == 0;
+  m.headBytes = std::max(m.ownIn.lo, m.ownOut.lo);
+  m.tailBytes = std::max(m.ownIn.tail, m.ownOut.tail);
+  if (m.inFull[me] && m.outFull[me]) return OkStatus();
+  const size_t page = pageBytes();
+  if (edgeStage_.base == nullptr) {
+    Result<void*> r = memblocks::allocate(kStageParts * page);
+    if (!r.ok()) {
+      // Peers then see this rank's buffers as unreadable, and every rank takes the rings.
+      m.ownIn = m.ownOut = MappedRef{};
+      if (m.why.empty()) m.why = "no staging block for the edges: " + r.status().message();
+      m.ok = false;
+      return OkStatus();
+    }
+    edgeStage_.base = static_cast<char*>(r.value());
+  }
+  char* st = edgeStage_.base;
+  m.stage[me] = st;
+  const size_t e = std::min(page, bytes);
+  engine.copyBytes(st + kInHead * page, myIn, e);
+  engine.copyBytes(st + kInTail * page + page - e, myIn + bytes - e, e);
+  return OkStatus();
+}
+
 Result<bool> CommRunner::progressMapped(ExecOp& op) {
   MappedState& m = mapped_;
-  const int n = comm_->nranks;
   const int me = comm_->rank;
   const size_t es = op.elemSize;
   const size_t bytes = op.count * es;
@@ -193,21 +298,26 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
     switch (m.phase) {
       case kDescribe: {
         if (m.in.empty()) {
-          m.in.assign(size_t(n), nullptr);
-          m.out.assign(size_t(n), nullptr);
-          m.in[size_t(me)] = myIn;
-          m.out[size_t(me)] = myOut;
+          SNCCL_TRY(describeOwnBuffers(*op.engine, myIn, myOut, bytes));
         }
-        const memblocks::FileRef in = memblocks::find(myIn, bytes);
-        const memblocks::FileRef out = memblocks::find(myOut, bytes);
+        memblocks::FileRef stage{};
+        if (m.stage[size_t(me)] != nullptr) stage = memblocks::find(edgeStage_.base, kStageParts * pageBytes());
         auto fill = [&](int peer, char* slot) {
           Desc d{};
+          d.count = op.count;
           if (sameProcess(comm_, peer)) {
-            d = Desc{0, uint64_t(reinterpret_cast<uintptr_t>(myIn)), 0, uint64_t(reinterpret_cast<uintptr_t>(myOut)),
-                     kAddress, kAddress, op.count};
+            // Addresses; the edges as other processes see them, so that every rank
+            // treats this rank's edges alike (one writer, one place).
+            d.in = MappedRef{0, uint64_t(reinterpret_cast<uintptr_t>(myIn)), kAddress, m.ownIn.lo, m.ownIn.tail};
+            d.out = MappedRef{0, uint64_t(reinterpret_cast<uintptr_t>(myOut)), kAddress, m.ownOut.lo, m.ownOut.tail};
+            d.stageIno = uint64_t(reinterpret_cast<uintptr_t>(m.stage[size_t(me)]));
+            d.stageFd = kAddress;
           } else {
-            d = Desc{in.ino, in.offset, out.ino, out.offset, in.ino != 0 ? in.fd : kUnreadable,
-                     out.ino != 0 ? out.fd : kUnreadable, op.count};
+            d.in = m.ownIn;
+            d.out = m.ownOut;
+            d.stageIno = stage.ino;
+            d.stageOff = stage.offset;
+            d.stageFd = stage.ino != 0 ? stage.fd : kUnreadable;
           }
           std::memcpy(slot, &d, sizeof d);
         };
@@ -224,25 +334,53 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
           if (d.count != op.count)
             return InvalidUsage("%s: rank %d passed count %llu, rank %d count %zu: the ranks passed different counts",
                                 op.describe().c_str(), peer, (unsigned long long)d.count, me, op.count);
-          auto resolve = [&](uint64_t ino, uint64_t off, int32_t fd) -> char* {
-            if (fd == kAddress) return reinterpret_cast<char*>(uintptr_t(off));
-            if (fd == kUnreadable) {
-              if (m.why.empty()) m.why = format("rank %d's buffers are not from ncclMemAlloc", peer);
-              return nullptr;
-            }
-            Result<char*> r = comm_->singleCopy.peerBuffers.resolve(peer, comm_->peers.info[peer].pid,
-                                                                    memblocks::FileRef{fd, ino, off}, bytes);
-            if (r.ok()) return r.value();
-            if (m.why.empty()) m.why = r.status().message();
+          const pid_t pid = comm_->peers.info[peer].pid;
+          auto unreadable = [&](std::string why) -> char* {
+            if (m.why.empty()) m.why = std::move(why);
             return nullptr;
           };
-          m.in[size_t(peer)] = resolve(d.inIno, d.inOff, d.inFd);
-          m.out[size_t(peer)] = resolve(d.outIno, d.outOff, d.outFd);
-          if (m.in[size_t(peer)] == nullptr || m.out[size_t(peer)] == nullptr) m.ok = false;
+          auto resolve = [&](const MappedRef& b) -> char* {
+            if (b.fd == kUnreadable)
+              return unreadable(format("rank %d's buffers are neither from ncclMemAlloc nor registered", peer));
+            if (b.lo > pageBytes() || b.tail > pageBytes() || size_t(b.lo) + b.tail >= bytes)
+              return unreadable(format("rank %d described edges of %u and %u bytes", peer, b.lo, b.tail));
+            if (b.fd == kAddress) return reinterpret_cast<char*>(uintptr_t(b.off));
+            Result<char*> r = comm_->singleCopy.peerBuffers.resolve(peer, pid, memblocks::FileRef{b.fd, b.ino, b.off},
+                                                                    bytes - b.lo - b.tail);
+            if (!r.ok()) return unreadable(r.status().message());
+            return at(r.value(), -ptrdiff_t(b.lo));  // element 0, though only the middle is read through it
+          };
+          const size_t q = size_t(peer);
+          m.in[q] = resolve(d.in);
+          m.out[q] = resolve(d.out);
+          m.inFull[q] = d.in.lo == 0 && d.in.tail == 0;
+          m.outFull[q] = d.out.lo == 0 && d.out.tail == 0;
+          m.headBytes = std::max({m.headBytes, size_t(d.in.lo), size_t(d.out.lo)});
+          m.tailBytes = std::max({m.tailBytes, size_t(d.in.tail), size_t(d.out.tail)});
+          if (!m.inFull[q] || !m.outFull[q]) {
+            if (d.stageFd == kAddress) {
+              m.stage[q] = reinterpret_cast<char*>(uintptr_t(d.stageIno));
+            } else if (d.stageIno == 0 || d.stageFd < 0) {
+              m.stage[q] = unreadable(format("rank %d has edges but no staging block", peer));
+            } else {
+              Result<char*> r = comm_->singleCopy.peerBuffers.resolve(
+                  peer, pid, memblocks::FileRef{d.stageFd, d.stageIno, d.stageOff}, kStageParts * pageBytes());
+              m.stage[q] = r.ok() ? r.value() : unreadable(r.status().message());
+            }
+          }
+          if (m.in[q] == nullptr || m.out[q] == nullptr || ((!m.inFull[q] || !m.outFull[q]) && m.stage[q] == nullptr))
+            m.ok = false;
           return OkStatus();
         };
         Result<bool> r = mappedRecvAll(op, sizeof(Desc), take);
         if (!r.ok() || !r.value()) return r;
+        // Every rank saw every description: the same edges everywhere.
+        m.headElems = (m.headBytes + es - 1) / es;
+        m.tailElems = (m.tailBytes + es - 1) / es;
+        if (m.ok && m.headElems + m.tailElems > op.count) {
+          m.ok = false;
+          m.why = format("%zu elements are too few for edges of %zu and %zu bytes", op.count, m.headBytes, m.tailBytes);
+        }
         m.phase = kVerdict;
         break;
       }
@@ -287,6 +425,13 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
       case kReadDone: {
         Result<bool> r = mappedRecvAll(op, sizeof(uint64_t), [](int, const char*) { return OkStatus(); });
         if (!r.ok() || !r.value()) return r;
+        if (!m.outFull[size_t(me)]) {
+          // Every fold is done: this rank's output edges are final in its staging block.
+          const size_t head = m.headElems * es, tail = m.tailElems * es, page = pageBytes();
+          const char* st = m.stage[size_t(me)];
+          op.engine->copyBytes(myOut, st + kOutHead * page, head);
+          op.engine->copyBytes(myOut + bytes - tail, st + kOutTail * page + page - tail, tail);
+        }
         return true;
       }
     }

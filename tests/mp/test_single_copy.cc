@@ -28,22 +28,46 @@ namespace {
 
 constexpr const char* kHelperVar = "SNCCL_SC_HELPER";
 
-enum class Alloc { kMemAlloc, kMalloc, kMixed };  // kMixed: rank 1 mallocs, the others ncclMemAlloc
+// kMixed: rank 1 mallocs, the others ncclMemAlloc. kRegistered: every rank mallocs and
+// registers (ncclCommRegister shares the whole pages: src/core/user_pages.h), each at
+// another offset into its first page, so the ranks' unshared edges differ.
+// kMixedRegistered: rank 1 ncclMemAlloc, the others as kRegistered.
+enum class Alloc { kMemAlloc, kMalloc, kMixed, kRegistered, kMixedRegistered };
+enum class Kind { kMemAlloc, kMalloc, kRegistered };
 
-// One buffer from ncclMemAlloc or malloc, freed the same way.
+Kind kindOf(Alloc a, int rank) {
+  switch (a) {
+    case Alloc::kMemAlloc: return Kind::kMemAlloc;
+    case Alloc::kMalloc: return Kind::kMalloc;
+    case Alloc::kMixed: return rank == 1 ? Kind::kMalloc : Kind::kMemAlloc;
+    case Alloc::kRegistered: return Kind::kRegistered;
+    case Alloc::kMixedRegistered: return rank == 1 ? Kind::kMemAlloc : Kind::kRegistered;
+  }
+  return Kind::kMalloc;
+}
+
+// One buffer from ncclMemAlloc or malloc (then maybe registered), freed the same way.
 struct Buffer {
   void* p = nullptr;
-  bool nccl = false;
-  Buffer(size_t bytes, bool useNccl) : nccl(useNccl) {
-    if (nccl) {
+  void* raw = nullptr;
+  void* handle = nullptr;
+  Kind kind;
+  ncclComm_t comm;
+  Buffer(size_t bytes, Kind k, ncclComm_t c, int rank) : kind(k), comm(c) {
+    if (kind == Kind::kMemAlloc) {
       if (ncclMemAlloc(&p, bytes) != ncclSuccess) p = nullptr;
-    } else {
-      p = std::malloc(bytes);
+      return;
     }
+    const size_t skew = kind == Kind::kRegistered ? size_t(rank % 4) * 1028 + 4 : 0;
+    raw = std::malloc(bytes + skew);
+    p = raw != nullptr ? static_cast<char*>(raw) + skew : nullptr;
+    if (p != nullptr && kind == Kind::kRegistered && ncclCommRegister(comm, p, bytes, &handle) != ncclSuccess)
+      p = nullptr;
   }
   ~Buffer() {
-    if (nccl) ncclMemFree(p);
-    else std::free(p);
+    if (handle != nullptr) ncclCommDeregister(comm, handle);
+    if (kind == Kind::kMemAlloc) ncclMemFree(p);
+    else std::free(raw);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -56,10 +80,10 @@ bool fail(int rank, const std::string& what) {
 
 // Each rank contributes in[i] = base + (i * 7 + rank) % 23; `op` names the check. In
 // place, the result replaces the input.
-bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const std::string& op, int base,
+bool oneCall(ncclComm_t comm, int rank, int n, Kind useNccl, size_t count, const std::string& op, int base,
              bool inPlace) {
   const bool isInt = op == "max";
-  Buffer in(count * 4, useNccl), outBuf(inPlace ? 4 : count * 4, useNccl);
+  Buffer in(count * 4, useNccl, comm, rank), outBuf(inPlace ? 4 : count * 4, useNccl, comm, rank);
   Buffer& out = inPlace ? in : outBuf;
   if (in.p == nullptr || out.p == nullptr) return fail(rank, "allocation failed");
   const std::string what = op + (inPlace ? " in place" : "");
@@ -105,9 +129,9 @@ bool oneCall(ncclComm_t comm, int rank, int n, bool useNccl, size_t count, const
 // Calls on ranges of one pair of large blocks, in an order that grows the span of each
 // block the peers have mapped and touched both ways (core/peer_buffers.h) and leaves a
 // gap: every range must still be read and written in full.
-bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, bool useNccl) {
+bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, Kind useNccl) {
   constexpr size_t kElems = size_t(1) << 20;
-  Buffer in(kElems * 4, useNccl), out(kElems * 4, useNccl);
+  Buffer in(kElems * 4, useNccl, comm, rank), out(kElems * 4, useNccl, comm, rank);
   if (in.p == nullptr || out.p == nullptr) return fail(rank, "allocation failed");
   auto* x = static_cast<float*>(in.p);
   auto* y = static_cast<float*>(out.p);
@@ -133,14 +157,15 @@ bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, bool useNccl) {
 
 // The helper's ranks: every case, ranges of one block, then the reuse loop.
 bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
-  const bool useNccl = alloc == Alloc::kMemAlloc || (alloc == Alloc::kMixed && rank != 1);
+  const Kind useNccl = kindOf(alloc, rank);
   for (size_t count : {size_t(1), size_t(17), size_t(4099), (size_t(1) << 20) + 3})
     for (const char* op : {"sum", "max", "avg", "premulsum"})
       for (bool inPlace : {false, true})
         if (!oneCall(comm, rank, n, useNccl, count, op, 0, inPlace)) return false;
   if (!rangesOfOneBlock(comm, rank, n, useNccl)) return false;
-  constexpr size_t kCount = 4099;
-  Buffer in(kCount * 4, useNccl), out(kCount * 4, useNccl);
+  // Large enough for registered buffers to be shared (src/core/user_pages.h).
+  constexpr size_t kCount = 40099;
+  Buffer in(kCount * 4, useNccl, comm, rank), out(kCount * 4, useNccl, comm, rank);
   for (int iter = 0; iter < 40; ++iter) {
     auto* x = static_cast<float*>(in.p);
     auto* y = static_cast<float*>(iter % 2 == 1 ? in.p : out.p);  // odd calls in place
@@ -201,7 +226,11 @@ TEST_P(SingleCopy, ExactResultsOnTheExpectedPath) {
     if (l.find("through the rings") != std::string::npos) rings.insert(who);
   }
   const bool mapped = mode == sntest::Mode::kThreads || alloc == Alloc::kMemAlloc;
-  if (mapped) {
+  if (alloc == Alloc::kRegistered || alloc == Alloc::kMixedRegistered) {
+    // Small registered buffers (below 4 whole pages) stay private and take the rings;
+    // the large ones take the single copy.
+    EXPECT_EQ(single.size(), size_t(n)) << "every rank should log the single-copy path\n" << mp::dump(run);
+  } else if (mapped) {
     EXPECT_EQ(single.size(), size_t(n)) << "every rank should log the single-copy path\n" << mp::dump(run);
     EXPECT_TRUE(rings.empty()) << mp::dump(run);
   } else {
@@ -211,17 +240,20 @@ TEST_P(SingleCopy, ExactResultsOnTheExpectedPath) {
 }
 
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
-  static const char* kAlloc[] = {"memalloc", "malloc", "mixed"};
+  static const char* kAlloc[] = {"memalloc", "malloc", "mixed", "registered", "mixed_registered"};
   return std::string(sntest::modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) +
          "_" + kAlloc[int(std::get<2>(info.param))];
 }
 
 INSTANTIATE_TEST_SUITE_P(Processes, SingleCopy,
                          ::testing::Combine(::testing::Values(sntest::Mode::kProcesses), ::testing::Values(2, 3, 4),
-                                            ::testing::Values(Alloc::kMemAlloc, Alloc::kMalloc, Alloc::kMixed)),
+                                            ::testing::Values(Alloc::kMemAlloc, Alloc::kMalloc, Alloc::kMixed,
+                                                              Alloc::kRegistered, Alloc::kMixedRegistered)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Threads, SingleCopy,
-                         ::testing::Values(Param{sntest::Mode::kThreads, 3, Alloc::kMalloc}), paramName);
+                         ::testing::Values(Param{sntest::Mode::kThreads, 3, Alloc::kMalloc},
+                                           Param{sntest::Mode::kThreads, 3, Alloc::kMixedRegistered}),
+                         paramName);
 
 // Whether an AllReduce takes the single copy is the selector's pick, so ranks of a node
 // that allow different AllReduce algorithms (SNCCL_ALGO is read per process) would
