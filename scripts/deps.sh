@@ -9,6 +9,7 @@ OPTIONAL=(libhwloc-dev openmpi-bin libopenmpi-dev)
 OPTIONAL+=(iperf3)  # perf/compare --cases netns: the TCP path's reference throughput
 OPTIONAL+=(libibverbs-dev)  # rdma-core headers: the IB net (without them it is not built)
 OPTIONAL+=(python3-torch libtorch-dev pybind11-dev python3-pytest)  # the PyTorch backend, its tests
+OPTIONAL+=(python3-venv python3-dev)  # the backend against torch 2.x from PyPI (torch2_venv)
 # clang and its runtimes (libFuzzer; only recommended by clang, and recommends are not
 # installed): the fuzz harnesses, scripts/fuzz.sh
 OPTIONAL+=(clang libclang-rt-14-dev)
@@ -54,4 +55,19 @@ test_targets() {
   local dir=$ROOT/$1
   comm -12 <(ctest --test-dir "$dir" -N -L "$2" | awk '$1 == "Test" {print $3}' | sort -u) \
            <(ninja -C "$dir" -t targets all | sed -n 's/: phony$//p' | sort -u)
+}
+
+# torch2_venv: prints the path of a virtual environment (Debian's python3) holding the torch
+# 2.x of python/requirements-torch2.txt, installing it from PyPI when missing or different
+# (about 5 GiB with the CUDA libraries the Linux wheel depends on; they are not used). It
+# lives outside the tree, in SNCCL_TORCH2_VENV or ~/.cache/snccl/venv-torch2, so that later
+# runs on the same machine reuse it.
+torch2_venv() {
+  local venv=${SNCCL_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/snccl/venv-torch2}
+  local req=$ROOT/python/requirements-torch2.txt
+  if [[ ! -x $venv/bin/python ]]; then
+    /usr/bin/python3 -m venv "$venv" >&2 || return 1
+  fi
+  "$venv/bin/python" -m pip install -q -r "$req" >&2 || return 1
+  echo "$venv"
 }

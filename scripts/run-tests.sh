@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# All the tests: the release build in build/ runs every ctest, the rdma-labelled ones (verbs
+# All the tests: the release build in build/ runs every ctest (its torch backend against
+# Debian's torch 1.13); build-torch2/ is pip's build of the backend (pyproject.toml) for
+# torch 2.x from PyPI (scripts/deps.sh: torch2_venv), whose torch tests run there and whose
+# wheel is installed and run from outside the tree; the rdma-labelled ones (verbs
 # over Soft-RoCE in QEMU guests, tests/rdma/rxe_vm.sh; about 4 minutes) as a tier of their own
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
@@ -16,6 +19,28 @@ echo "== release build and all tests but the rdma-labelled ones"
 configure build
 build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE rdma || fail=1
+
+echo "== the PyTorch backend against torch 2.x from PyPI: pip wheel in build-torch2/, its tests, the wheel installed"
+if venv=$(torch2_venv); then
+  # the pip build (pyproject.toml) in a build directory of ours, with the tests configured
+  "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps "$ROOT" -w "$ROOT/build-torch2/dist" \
+    --config-settings=build-dir="$ROOT/build-torch2" \
+    --config-settings=cmake.define.SNCCL_BUILD_TESTS=ON || fail=1
+  ctest --test-dir "$ROOT/build-torch2" --output-on-failure -L torch || fail=1
+  # the installed wheel, outside the tree: torchrun, the package's own libsnccl
+  wheel=$(ls -t "$ROOT"/build-torch2/dist/snccl_torch-*.whl 2>/dev/null | head -n 1)
+  if [[ -n $wheel ]] && "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel"; then
+    (cd / && env -u PYTHONPATH -u SNCCL_TORCH_LIB SNCCL_TORCH_EXPECT_INSTALLED=1 \
+       "$venv/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/torch/test_torch2.py" -k torchrun) ||
+      fail=1
+  else
+    echo "the wheel was not built or could not be installed"
+    fail=1
+  fi
+else
+  echo "torch 2.x could not be installed from PyPI"
+  fail=1
+fi
 
 echo "== verbs over Soft-RoCE (QEMU): the rdma-labelled tests, one VM test at a time"
 rdma_log=$(mktemp)

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 
-PYTHON = "/usr/bin/python3"
+PYTHON = sys.executable  # the interpreter running pytest: its torch is the one under test
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

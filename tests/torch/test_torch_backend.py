@@ -66,6 +66,7 @@ def test_killed_rank_raises_not_hangs():
         assert res is not None, f"rank {r} wrote nothing:\n{logs[r][-4000:]}"
         assert res["error"], f"rank {r} got no exception"
         assert "snccl" in res["error"], res["error"]
+        assert f"rank {world - 1} " in res["error"], res["error"]  # names the dead rank
         assert res["seconds"] < 60, res
 
 

@@ -27,6 +27,15 @@ using BackendBase = c10d::ProcessGroup;
 #define SNCCL_TORCH_2X 0
 #endif
 
+// Coalescing (Backend::supportsCoalescing, startCoalescing/endCoalescing, which
+// batch_isend_irecv and the coalescing manager use) and the coalesced tensor collectives:
+// the API of torch 2.6 and later (built and tested against 2.15).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+#define SNCCL_TORCH_COALESCING 1
+#else
+#define SNCCL_TORCH_COALESCING 0
+#endif
+
 // Errors from the library: torch >= 2.1 has DistBackendError (a RuntimeError subclass in
 // Python); earlier versions raise RuntimeError.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)

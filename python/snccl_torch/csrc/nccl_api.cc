@@ -31,6 +31,18 @@ bool sym(void* h, const char* name, F* out, bool required, std::string* error) {
   return true;
 }
 
+// "$ORIGIN/..." names a file relative to the directory of this extension module (the
+// library a wheel carries next to it); other names are passed to dlopen as they are.
+std::string resolveOrigin(const std::string& name) {
+  static const std::string kOrigin = "$ORIGIN/";
+  if (name.rfind(kOrigin, 0) != 0) return name;
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&resolveOrigin), &info) || !info.dli_fname) return name;
+  std::string dir = info.dli_fname;
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  return dir + name.substr(kOrigin.size());
+}
+
 void* openFirst(const std::vector<std::string>& names, std::string* error) {
   std::string tried;
   for (const auto& n : names) {
@@ -49,7 +61,7 @@ Loaded doLoad() {
   if (env && *env) {
     names.emplace_back(env);  // chosen explicitly: no fallback
   } else {
-    names = {SNCCL_TORCH_DEFAULT_LIB, "libsnccl.so.0", "libnccl.so.2"};
+    names = {resolveOrigin(SNCCL_TORCH_DEFAULT_LIB), "libsnccl.so.0", "libnccl.so.2"};
   }
   void* h = openFirst(names, &l.error);
   if (!h) return l;

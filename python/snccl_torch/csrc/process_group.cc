@@ -51,13 +51,17 @@ const NcclApi& ProcessGroupSnccl::api() {
   return *a;
 }
 
-[[noreturn]] void ProcessGroupSnccl::fail(ncclResult_t r, const char* what) {
+std::string ProcessGroupSnccl::errorText(ncclResult_t r, const char* what) {
   std::string msg = std::string("snccl backend: ") + what + " failed: " + api_.GetErrorString(r);
   if (api_.GetLastError) {
     const char* last = api_.GetLastError(comm_);
     if (last && *last) msg += std::string(": ") + last;
   }
-  SNCCL_THROW(msg);
+  return msg;
+}
+
+[[noreturn]] void ProcessGroupSnccl::fail(ncclResult_t r, const char* what) {
+  SNCCL_THROW(errorText(r, what));
 }
 
 void ProcessGroupSnccl::check(ncclResult_t r, const char* what) {
@@ -69,7 +73,7 @@ void ProcessGroupSnccl::check(ncclResult_t r, const char* what) {
 
 ProcessGroupSnccl::ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, std::chrono::milliseconds timeout)
-    : BackendBase(rank, size), api_(api()), timeout_(timeout) {
+    : BackendBase(rank, size), store_(store), api_(api()), timeout_(timeout) {
   ncclUniqueId id;
   const std::string key = "snccl/uid";
   if (rank_ == 0) {
@@ -188,6 +192,16 @@ void ProcessGroupSnccl::watchdogLoop() {
   }
 }
 
+void ProcessGroupSnccl::enqueueLocked(const std::vector<c10::intrusive_ptr<WorkSnccl>>& works) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto deadline = Clock::now() + timeout_;
+  for (const auto& w : works) {
+    w->deadline = deadline;
+    pending_.push_back(w);
+  }
+  cv_.notify_all();
+}
+
 // Queues the operation's calls on the stream (or runs them, without host streams) and
 // returns its Work.
 c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::launch(
@@ -211,13 +225,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::launch(
     } catch (...) {
       err = std::current_exception();
     }
+    if (!err && coalescing_) {
+      coalesced_.push_back(work);  // queued (or run) when the group ends: endCoalescing
+      return work;
+    }
     if (!err && !stream_) {
       done = true;  // blocking library calls: already finished
     } else if (!err) {
-      std::lock_guard<std::mutex> lock2(mutex_);
-      work->deadline = Clock::now() + timeout_;
-      pending_.push_back(work);
-      cv_.notify_all();
+      enqueueLocked({work});
     }
   }
   // outside commMutex_: release and the copies may take it

@@ -83,6 +83,24 @@ class ProcessGroupSnccl : public BackendBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Rank 0 waits for every rank to arrive (through the group's store, not the communicator,
+  // so a dead or stuck rank cannot wedge it) and names the ranks that did not, as Gloo does.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+
+#if SNCCL_TORCH_COALESCING
+  // Between startCoalescing and endCoalescing the operations are one NCCL group (one
+  // ncclGroupStart/End): batch_isend_irecv's sends and receives cannot wait on each other.
+  // Their Work objects complete together, with endCoalescing's.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
 
   // The library in use (path, version) for diagnostics.
   static const NcclApi& api();
@@ -99,6 +117,13 @@ class ProcessGroupSnccl : public BackendBase {
   void completionLoop();
   void watchdogLoop();
   void abortComm(const std::string& why);
+  // Hands Work objects whose operations are queued on the stream to the completion thread,
+  // which finishes them in order; the caller holds commMutex_.
+  void enqueueLocked(const std::vector<c10::intrusive_ptr<WorkSnccl>>& works);
+  std::string errorText(ncclResult_t r, const char* what);  // the call, the code, the last error
+
+  c10::intrusive_ptr<c10d::Store> store_;  // the group's (prefixed) store
+  uint64_t monitoredBarriers_ = 0;         // calls so far: the key of the next one
 
   const NcclApi& api_;
   std::chrono::milliseconds timeout_;
@@ -108,6 +133,8 @@ class ProcessGroupSnccl : public BackendBase {
   ncclComm_t comm_ = nullptr;
   std::string aborted_;  // non-empty once the communicator was aborted: why
   bool failed_ = false;  // an operation failed: destroy with abort
+  bool coalescing_ = false;  // inside startCoalescing .. endCoalescing (an open NCCL group)
+  std::vector<c10::intrusive_ptr<WorkSnccl>> coalesced_;  // its operations so far
 
   std::mutex mutex_;  // guards the fields below
   std::condition_variable cv_;
