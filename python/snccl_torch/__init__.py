@@ -37,7 +37,12 @@ def _register(name=BACKEND_NAME):
     if name.upper() in getattr(dist.Backend, "_plugins", {}):
         return  # registering twice asserts
     params = inspect.signature(dist.Backend.register_backend).parameters
-    if "devices" in params:  # torch >= 2.0
+    if "devices" in params and hasattr(_C, "create_extended"):
+        # torch >= 2.6: the extended creator, which splits the parent's communicator when
+        # torch passes one (new_group on a default group bound to a device)
+        dist.Backend.register_backend(name, _C.create_extended, extended_api=True,
+                                      devices=["cpu"])
+    elif "devices" in params:  # torch >= 2.0
         dist.Backend.register_backend(name, _C.create, extended_api=False, devices=["cpu"])
     else:  # torch 1.13
         dist.Backend.register_backend(name, _C.create)

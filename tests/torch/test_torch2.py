@@ -20,12 +20,12 @@ pytestmark = pytest.mark.skipif((_major, _minor) < (2, 6),
                                 reason=f"torch {torch.__version__}: the 2.x API is tested on 2.6+")
 
 CHECKS = ["backend_name", "all_gather_into_tensor", "reduce_scatter_tensor", "batch_isend_irecv",
-          "coalescing_manager", "new_subgroups", "device_mesh_dtensor", "functional_collectives",
+          "coalescing_manager", "split_group", "new_subgroups", "device_mesh_dtensor", "functional_collectives",
           "functional_collectives_compiled", "monitored_barrier"]
 
 
-def _check_all(world, init):
-    codes, results, logs = run_ranks("torch2_worker.py", world, timeout=240, args=(init,))
+def _check_all(world, init, env=None):
+    codes, results, logs = run_ranks("torch2_worker.py", world, timeout=240, args=(init,), env=env)
     failures = []
     for r in range(world):
         if codes[r] != 0 or results[r] is None:
@@ -36,9 +36,11 @@ def _check_all(world, init):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("world", [3, 4], ids=["np3", "np4"])
-def test_torch2_api(world):
-    _check_all(world, "snccl")
+@pytest.mark.parametrize("world,device_id", [(3, None), (4, "cpu:0")], ids=["np3", "np4_bound"])
+def test_torch2_api(world, device_id):
+    # np4_bound: init_process_group(device_id=cpu), so new_group and new_subgroups split the
+    # default group's communicator
+    _check_all(world, "snccl", {"DEVICE_ID": device_id} if device_id else None)
 
 
 def test_mixed_device_backends():

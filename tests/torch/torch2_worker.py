@@ -2,7 +2,8 @@
 point-to-point, the coalescing manager, subgroups, device meshes and DTensor, functional
 collectives eager and compiled, monitored_barrier), each on the snccl group and compared
 with Gloo or with the exact result. argv: OUT [init backend string]. Writes {check: "ok" |
-error}."""
+error}. DEVICE_ID (e.g. cpu:0): init_process_group(device_id=...), which makes new_group
+split the default group's communicator."""
 import json
 import os
 import sys
@@ -22,9 +23,17 @@ INIT = sys.argv[2] if len(sys.argv) > 2 else "snccl"
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 
-dist.init_process_group(INIT, timeout=timedelta(seconds=60))  # env://, as torchrun sets it
+DEVICE_ID = os.environ.get("DEVICE_ID")
+dist.init_process_group(INIT, timeout=timedelta(seconds=60),  # env://, as torchrun sets it
+                        **({"device_id": torch.device(DEVICE_ID)} if DEVICE_ID else {}))
 SN = dist.group.WORLD
 GL = dist.new_group(backend="gloo")
+CPU = torch.device("cpu")
+
+
+def splits():
+    """Communicator splits the default group's backend took part in."""
+    return SN._get_backend(CPU).comm_split_count()
 
 results = {}
 
@@ -124,8 +133,32 @@ def _():
         same(o, full[RANK * n:(RANK + 1) * n], f"reduce_scatter n={n}")
 
 
+@check("split_group")
+def _():
+    before = splits()
+    halves = [list(range(0, WORLD, 2)), list(range(1, WORLD, 2))]
+    g = dist.split_group(split_ranks=halves)  # every rank, one ncclCommSplit
+    mine = halves[RANK % 2]
+    assert isinstance(g._get_backend(CPU), snccl_torch.ProcessGroupSnccl)
+    assert g.size() == len(mine) and g.rank() == mine.index(RANK)
+    t = data(11)
+    dist.all_reduce(t, group=g)
+    same(t, sum(data(11, r) for r in mine))
+    assert splits() == before + 1, (before, splits())
+    if WORLD >= 3:  # a split that leaves rank 1 out: it takes part without a group
+        g2 = dist.split_group(split_ranks=[[r for r in range(WORLD) if r != 1]])
+        outside = g2 == dist.GroupMember.NON_GROUP_MEMBER
+        assert outside == (RANK == 1), g2
+        if not outside:
+            t = data(5)
+            dist.all_reduce(t, group=g2)
+            same(t, sum(data(5, r) for r in range(WORLD) if r != 1))
+        assert splits() == before + 2
+
+
 @check("new_subgroups")
 def _():
+    before = splits()
     size = 2 if WORLD % 2 == 0 else 1
     cur, groups = dist.new_subgroups(group_size=size, backend="snccl")
     t = data(10)
@@ -139,6 +172,10 @@ def _():
         dist.all_reduce(t, group=g)
         same(t, sum(data(7, r) for r in odd))
     dist.barrier(group=SN)
+    # bound to a device, new_group splits the default group's communicator (every rank takes
+    # part, members or not); unbound, each subgroup gets a communicator of its own
+    expected = WORLD // size + 1 if DEVICE_ID else 0
+    assert splits() - before == expected, (splits() - before, expected)
 
 
 @check("device_mesh_dtensor")
@@ -175,7 +212,8 @@ def _():
          sum(data(1000, r) for r in range(WORLD)))
     g = getattr(funcol, "all_gather_single", funcol.all_gather_tensor)(data(9), 0, SN)
     same(funcol.wait_tensor(g), torch.cat([data(9, r) for r in range(WORLD)]))
-    rs = funcol.reduce_scatter_tensor(data(WORLD * 4), "sum", 0, SN)
+    rs = getattr(funcol, "reduce_scatter_single", funcol.reduce_scatter_tensor)(
+        data(WORLD * 4), "sum", 0, SN)
     same(funcol.wait_tensor(rs), sum(data(WORLD * 4, r) for r in range(WORLD))[
         RANK * 4:(RANK + 1) * 4])
 

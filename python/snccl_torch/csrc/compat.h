@@ -30,10 +30,15 @@ using BackendBase = c10d::ProcessGroup;
 // Coalescing (Backend::supportsCoalescing, startCoalescing/endCoalescing, which
 // batch_isend_irecv and the coalescing manager use) and the coalesced tensor collectives:
 // the API of torch 2.6 and later (built and tested against 2.15).
+// Communicator split (Backend::supportsSplitting, split, getBackendOptions), which
+// torch.distributed.split_group and new_group use when the default group is bound to a
+// device: the same API level.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
 #define SNCCL_TORCH_COALESCING 1
+#define SNCCL_TORCH_SPLIT 1
 #else
 #define SNCCL_TORCH_COALESCING 0
+#define SNCCL_TORCH_SPLIT 0
 #endif
 
 // Errors from the library: torch >= 2.1 has DistBackendError (a RuntimeError subclass in

@@ -43,7 +43,17 @@ PYBIND11_MODULE(_C, m) {
   using snccl_torch::BackendBase;
   using snccl_torch::ProcessGroupSnccl;
   py::class_<ProcessGroupSnccl, BackendBase, NoGilHolder<ProcessGroupSnccl>>(m,
-                                                                          "ProcessGroupSnccl");
+                                                                          "ProcessGroupSnccl")
+      .def(
+          "perform_nocolor_split",
+          [](ProcessGroupSnccl& pg, const py::object& /*device*/) {
+            pg.splitRanks({}, {}, std::chrono::milliseconds(0));
+          },
+          py::arg("device"), py::call_guard<py::gil_scoped_release>(),
+          "Takes part in a split of this group without joining a new group (torch calls it on "
+          "the ranks outside a new_group made by splitting).")
+      .def("comm_split_count", &ProcessGroupSnccl::splitCount,
+           "How many communicator splits this group took part in.");
   m.def(
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -54,6 +64,31 @@ PYBIND11_MODULE(_C, m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::call_guard<py::gil_scoped_release>(),
       "Creates the backend (the creator registered with torch.distributed).");
+#if SNCCL_TORCH_SPLIT
+  m.def(
+      "create_extended",
+      [](const py::object& opts, const py::object& /*backend_options*/)
+          -> c10::intrusive_ptr<ProcessGroupSnccl> {
+        auto store = opts.attr("store").cast<c10::intrusive_ptr<c10d::Store>>();
+        const int rank = opts.attr("group_rank").cast<int>();
+        const int size = opts.attr("group_size").cast<int>();
+        const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+            opts.attr("timeout").cast<std::chrono::duration<float>>());
+        py::object from = opts.attr("split_from");
+        if (!from.is_none() && py::isinstance<ProcessGroupSnccl>(from)) {
+          // a subgroup of a group bound to a device: split its communicator
+          auto& parent = from.cast<ProcessGroupSnccl&>();
+          auto ranks = opts.attr("global_ranks_in_group").cast<std::vector<int>>();
+          py::gil_scoped_release release;
+          return parent.splitRanks(store, ranks, timeout);
+        }
+        py::gil_scoped_release release;
+        return c10::make_intrusive<ProcessGroupSnccl>(store, rank, size, timeout);
+      },
+      py::arg("opts"), py::arg("backend_options"),
+      "The creator registered with extended_api=True: splits the parent's communicator when "
+      "torch offers one to split from, else creates the backend.");
+#endif
   m.def(
       "library_path", [] { return ProcessGroupSnccl::api().path; },
       "The file of the NCCL-compatible library in use (chosen by SNCCL_TORCH_LIB).");

@@ -72,6 +72,7 @@ Loaded doLoad() {
             sym(h, "ncclCommInitRank", &a.CommInitRank, true, e) &&
             sym(h, "ncclCommDestroy", &a.CommDestroy, true, e) &&
             sym(h, "ncclCommAbort", &a.CommAbort, false, e) &&
+            sym(h, "ncclCommSplit", &a.CommSplit, false, e) &&
             sym(h, "ncclGetErrorString", &a.GetErrorString, true, e) &&
             sym(h, "ncclGetLastError", &a.GetLastError, false, e) &&
             sym(h, "ncclGroupStart", &a.GroupStart, true, e) &&

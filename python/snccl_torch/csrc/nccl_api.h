@@ -35,6 +35,7 @@ enum ncclDataType_t : int {
   ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11,
 };
 enum ncclRedOp_t : int { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 };
+inline constexpr int kSplitNoColor = -1;  // NCCL_SPLIT_NOCOLOR
 enum ncclScalarResidence_t : int { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 };
 
 // The function table. Required entries are never null once load() succeeded; optional ones
@@ -45,6 +46,8 @@ struct NcclApi {
   ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);                                   // optional
+  // ncclCommSplit; the config (ncclConfig_t*) is always null: the child inherits the parent's
+  ncclResult_t (*CommSplit)(ncclComm_t, int, int, ncclComm_t*, void*);     // optional
   const char* (*GetErrorString)(ncclResult_t);
   const char* (*GetLastError)(ncclComm_t);                                 // optional
   ncclResult_t (*GroupStart)();

@@ -87,6 +87,17 @@ ProcessGroupSnccl::ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& stor
     std::memcpy(&id, v.data(), sizeof(id));
   }
   check(api_.CommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+  start();
+}
+
+ProcessGroupSnccl::ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                     int size, std::chrono::milliseconds timeout,
+                                     ncclComm_t comm)
+    : BackendBase(rank, size), store_(store), api_(api()), timeout_(timeout), comm_(comm) {
+  start();
+}
+
+void ProcessGroupSnccl::start() {
   if (api_.StreamCreate) {
     ncclResult_t r = api_.StreamCreate(&stream_);
     if (r != ncclSuccess) {

@@ -43,6 +43,9 @@ class ProcessGroupSnccl : public BackendBase {
  public:
   ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
+  // A group on a communicator made already (by ncclCommSplit); it owns `comm`.
+  ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout, ncclComm_t comm);
   ~ProcessGroupSnccl() override;
 
   const std::string getBackendName() const override { return "snccl"; }
@@ -87,6 +90,24 @@ class ProcessGroupSnccl : public BackendBase {
   // so a dead or stuck rank cannot wedge it) and names the ranks that did not, as Gloo does.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
+  // ncclCommSplit of this group's communicator, collective over the group: the ranks in
+  // `ranks` (this group's ranks, in the new group's order) get a group on the child
+  // communicator; every other rank must call it too, and gets nullptr. The child's timeout
+  // is `timeout`. splitCount() counts the splits this group took part in.
+  c10::intrusive_ptr<ProcessGroupSnccl> splitRanks(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   const std::vector<int>& ranks,
+                                                   std::chrono::milliseconds timeout);
+  int64_t splitCount() const { return splits_; }
+  bool canSplit() const { return api_.CommSplit != nullptr; }
+
+#if SNCCL_TORCH_SPLIT
+  bool supportsSplitting() const override { return canSplit(); }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+#endif
+
 #if SNCCL_TORCH_COALESCING
   // Between startCoalescing and endCoalescing the operations are one NCCL group (one
   // ncclGroupStart/End): batch_isend_irecv's sends and receives cannot wait on each other.
@@ -122,7 +143,10 @@ class ProcessGroupSnccl : public BackendBase {
   void enqueueLocked(const std::vector<c10::intrusive_ptr<WorkSnccl>>& works);
   std::string errorText(ncclResult_t r, const char* what);  // the call, the code, the last error
 
+  void start();  // the host stream and the completion and watchdog threads
+
   c10::intrusive_ptr<c10d::Store> store_;  // the group's (prefixed) store
+  int64_t splits_ = 0;                     // splitRanks calls
   uint64_t monitoredBarriers_ = 0;         // calls so far: the key of the next one
 
   const NcclApi& api_;
