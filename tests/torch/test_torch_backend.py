@@ -99,3 +99,25 @@ def test_group_timeout_honoured():
     assert res["error"] and "timed out" in res["error"], res
     assert 2.5 <= res["seconds"] < 20, res
     assert "aborted" in res.get("after", ""), res
+
+
+@pytest.mark.parametrize("register", ["1", "0"], ids=["registered", "off"])
+def test_recurring_tensor_registration(register, tmp_path):
+    """A tensor all-reduced call after call is registered from its second call on and then
+    takes the single-copy AllReduce (the library logs the switch); SNCCL_TORCH_REGISTER=0
+    leaves it on the rings."""
+    env = {"SNCCL_TORCH_REGISTER": register, "SNCCL_TORCH_REGISTER_BYTES": str(1 << 20),
+           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL",
+           "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%p")}
+    codes, results, logs = run_ranks("register_worker.py", 2, timeout=90, env=env)
+    for r in range(2):
+        assert codes[r] == 0 and results[r], f"rank {r}:\n{logs[r][-4000:]}"
+        assert results[r]["checks"] == {"loop": "ok"}, results[r]["checks"]
+    text = "".join(p.read_text() for p in tmp_path.glob("nccl.*"))
+    if register == "1":
+        # calls 1: seen once; 2..6: the same storage, registered; then the freed one is gone
+        assert results[0]["registered"] == [0, 1, 1, 1, 1, 1, 1, 0], results[0]
+        assert "single copy: every rank reads its peers' buffers directly" in text, text[-3000:]
+    else:
+        assert results[0]["registered"] == [0] * 8, results[0]
+        assert "single copy" not in text, text[-3000:]

@@ -53,7 +53,10 @@ PYBIND11_MODULE(_C, m) {
           "Takes part in a split of this group without joining a new group (torch calls it on "
           "the ranks outside a new_group made by splitting).")
       .def("comm_split_count", &ProcessGroupSnccl::splitCount,
-           "How many communicator splits this group took part in.");
+           "How many communicator splits this group took part in.")
+      .def("registered_tensors", &ProcessGroupSnccl::registeredTensors,
+           "How many tensor storages this group registered with its communicator "
+           "(SNCCL_TORCH_REGISTER).");
   m.def(
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -85,6 +85,8 @@ Loaded doLoad() {
             sym(h, "ncclSend", &a.Send, true, e) && sym(h, "ncclRecv", &a.Recv, true, e) &&
             sym(h, "ncclRedOpCreatePreMulSum", &a.RedOpCreatePreMulSum, false, e) &&
             sym(h, "ncclRedOpDestroy", &a.RedOpDestroy, false, e) &&
+            sym(h, "ncclCommRegister", &a.CommRegister, false, e) &&
+            sym(h, "ncclCommDeregister", &a.CommDeregister, false, e) &&
             sym(h, "sncclStreamCreate", &a.StreamCreate, false, e) &&
             sym(h, "sncclStreamSynchronize", &a.StreamSynchronize, false, e) &&
             sym(h, "sncclStreamQuery", &a.StreamQuery, false, e) &&

@@ -66,6 +66,8 @@ struct NcclApi {
   ncclResult_t (*RedOpCreatePreMulSum)(ncclRedOp_t*, void*, ncclDataType_t,
                                        ncclScalarResidence_t, ncclComm_t);  // optional
   ncclResult_t (*RedOpDestroy)(ncclRedOp_t, ncclComm_t);                  // optional
+  ncclResult_t (*CommRegister)(ncclComm_t, void*, size_t, void**);          // optional
+  ncclResult_t (*CommDeregister)(ncclComm_t, void*);                       // optional
   // snccl host streams (include/snccl/snccl.h); all four or none.
   ncclResult_t (*StreamCreate)(sncclStream_t*);
   ncclResult_t (*StreamSynchronize)(sncclStream_t);
@@ -79,6 +81,10 @@ struct NcclApi {
 // The environment variable that chooses the library (a path or a soname). The extension
 // reads it; it is not a library parameter (the library's are in src/common/param_table.inc).
 inline constexpr const char* kLibEnv = "SNCCL_TORCH_LIB";
+// Registration of recurring all_reduce tensors (registration.h): "0" turns it off; the
+// smallest storage registered, in bytes (default 8 MiB).
+inline constexpr const char* kRegisterEnv = "SNCCL_TORCH_REGISTER";
+inline constexpr const char* kRegisterBytesEnv = "SNCCL_TORCH_REGISTER_BYTES";
 
 // Loads the library once per process (SNCCL_TORCH_LIB, else the libsnccl this extension was
 // built with, else libsnccl.so.0, else libnccl.so.2). Returns the table, or nullptr with

@@ -98,6 +98,7 @@ ProcessGroupSnccl::ProcessGroupSnccl(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 void ProcessGroupSnccl::start() {
+  registry_ = TensorRegistry::fromEnv(api_, comm_);
   if (api_.StreamCreate) {
     ncclResult_t r = api_.StreamCreate(&stream_);
     if (r != ncclSuccess) {
@@ -128,6 +129,8 @@ ProcessGroupSnccl::~ProcessGroupSnccl() {
   }
   if (stream_) api_.StreamDestroy(stream_);
   std::lock_guard<std::mutex> lock(commMutex_);
+  // registrations end before the communicator (the storages stay, with private pages)
+  if (registry_) registry_->detach(comm_ != nullptr && !failed_);
   if (comm_) {
     if (failed_ && api_.CommAbort)
       api_.CommAbort(comm_);
@@ -141,6 +144,7 @@ void ProcessGroupSnccl::abortComm(const std::string& why) {
   std::lock_guard<std::mutex> lock(commMutex_);
   if (!comm_ || !aborted_.empty()) return;
   aborted_ = why;
+  if (registry_) registry_->detach(false);  // the abort ends them with the communicator
   if (api_.CommAbort) {
     api_.CommAbort(comm_);  // fails the queued operations; frees the communicator
     comm_ = nullptr;
@@ -201,6 +205,17 @@ void ProcessGroupSnccl::watchdogLoop() {
       lock.lock();
     }
   }
+}
+
+void ProcessGroupSnccl::maybeRegister(const at::Tensor& t) {
+  if (!registry_) return;
+  std::lock_guard<std::mutex> lock(commMutex_);
+  if (!comm_ || !aborted_.empty() || coalescing_) return;
+  {
+    std::lock_guard<std::mutex> lock2(mutex_);  // nothing queued, nothing being waited for
+    if (!pending_.empty() || inflightDeadline_ != Clock::time_point::max()) return;
+  }
+  registry_->sighted(t);
 }
 
 void ProcessGroupSnccl::enqueueLocked(const std::vector<c10::intrusive_ptr<WorkSnccl>>& works) {

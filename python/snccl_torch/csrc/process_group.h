@@ -17,6 +17,7 @@
 
 #include "compat.h"
 #include "nccl_api.h"
+#include "registration.h"
 
 namespace snccl_torch {
 
@@ -98,6 +99,8 @@ class ProcessGroupSnccl : public BackendBase {
                                                    const std::vector<int>& ranks,
                                                    std::chrono::milliseconds timeout);
   int64_t splitCount() const { return splits_; }
+  // Storages registered with the communicator (registration.h), for diagnostics and tests.
+  int64_t registeredTensors() const { return registry_ ? static_cast<int64_t>(registry_->registered()) : 0; }
   bool canSplit() const { return api_.CommSplit != nullptr; }
 
 #if SNCCL_TORCH_SPLIT
@@ -144,6 +147,8 @@ class ProcessGroupSnccl : public BackendBase {
   std::string errorText(ncclResult_t r, const char* what);  // the call, the code, the last error
 
   void start();  // the host stream and the completion and watchdog threads
+  // Registers `t`'s storage when it recurs and nothing of the group is in flight.
+  void maybeRegister(const at::Tensor& t);
 
   c10::intrusive_ptr<c10d::Store> store_;  // the group's (prefixed) store
   int64_t splits_ = 0;                     // splitRanks calls
@@ -159,6 +164,7 @@ class ProcessGroupSnccl : public BackendBase {
   bool failed_ = false;  // an operation failed: destroy with abort
   bool coalescing_ = false;  // inside startCoalescing .. endCoalescing (an open NCCL group)
   std::vector<c10::intrusive_ptr<WorkSnccl>> coalesced_;  // its operations so far
+  std::unique_ptr<TensorRegistry> registry_;  // null: registration off; guarded by commMutex_
 
   std::mutex mutex_;  // guards the fields below
   std::condition_variable cv_;

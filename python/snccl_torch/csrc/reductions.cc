@@ -129,6 +129,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::allreduce(std::vector<at::Tens
   std::vector<RedArgs> args;
   for (auto& t : tensors) {
     at::Tensor b = op.out(t);
+    maybeRegister(b);
     at::Tensor v = realView(b, opts.reduceOp);
     args.push_back(redArgs(v, opts.reduceOp));
     bufs.push_back(v);
