@@ -4,13 +4,13 @@ operation) and the outputs are compared element-wise. Writes {check: "ok" | erro
 import json
 import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 import snccl_torch  # noqa: F401  registers "snccl"
+from checks import checker, same
 
 OUT = sys.argv[1]
 RANK = int(os.environ["RANK"])
@@ -22,23 +22,8 @@ GL = dist.new_group(backend="gloo")
 assert dist.get_backend(SN) == "snccl"
 
 results = {}
+check = checker(results)
 R = dist.ReduceOp
-
-
-def check(name):
-    def deco(fn):
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception:  # noqa: BLE001  reported per check
-            results[name] = traceback.format_exc()
-        return fn
-    return deco
-
-
-def same(a, b, what=""):
-    if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
-        raise AssertionError(f"{what}: snccl {a.flatten()[:16]} != reference {b.flatten()[:16]}")
 
 
 def data(n, dtype, rank=RANK, small=False):

@@ -7,7 +7,6 @@ split the default group's communicator."""
 import json
 import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
@@ -17,6 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import snccl_torch  # noqa: F401  registers "snccl"
+from checks import checker, same
 
 OUT = sys.argv[1]
 INIT = sys.argv[2] if len(sys.argv) > 2 else "snccl"
@@ -36,22 +36,7 @@ def splits():
     return SN._get_backend(CPU).comm_split_count()
 
 results = {}
-
-
-def check(name):
-    def deco(fn):
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception:  # noqa: BLE001  reported per check
-            results[name] = traceback.format_exc()
-        return fn
-    return deco
-
-
-def same(a, b, what=""):
-    if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
-        raise AssertionError(f"{what}: snccl {a.flatten()[:16]} != reference {b.flatten()[:16]}")
+check = checker(results)
 
 
 def data(n, rank=RANK, dtype=torch.float32):

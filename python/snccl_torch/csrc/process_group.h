@@ -6,6 +6,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -151,7 +152,7 @@ class ProcessGroupSnccl : public BackendBase {
   void maybeRegister(const at::Tensor& t);
 
   c10::intrusive_ptr<c10d::Store> store_;  // the group's (prefixed) store
-  int64_t splits_ = 0;                     // splitRanks calls
+  std::atomic<int64_t> splits_{0};         // splitRanks calls (read without the lock)
   uint64_t monitoredBarriers_ = 0;         // calls so far: the key of the next one
 
   const NcclApi& api_;
