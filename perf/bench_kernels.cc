@@ -82,7 +82,7 @@ void benchFoldTwo(benchmark::State& state, bool streamed) {
   RedOpSpec op;  // sum
   for (auto _ : state) {
     if (streamed) {
-      snccl::kernels::reduceStream(outs, 2, a.data(), b.data(), count, ncclFloat32, op, false, false);
+      snccl::kernels::reduceStream(outs, 2, 2, a.data(), b.data(), count, ncclFloat32, op, false, false);
       snccl::kernels::streamFence();
     } else {
       snccl::kernels::reduce(d0.data(), a.data(), b.data(), count, ncclFloat32, op, false, false);
@@ -94,9 +94,28 @@ void benchFoldTwo(benchmark::State& state, bool streamed) {
   setRates(state, bytes, 4);
 }
 
+// The in-place fold of the single copy at 2 ranks: each input is also an output, written
+// with streaming stores (nstream 2) or plain ones (0) right after its lines were loaded.
+void benchFoldInPlace(benchmark::State& state, int nstream) {
+  const size_t bytes = size_t(state.range(0));
+  const size_t count = bytes / sizeof(float);
+  std::vector<unsigned char> a = inputBuffer(bytes, ncclFloat32), b = inputBuffer(bytes, ncclFloat32);
+  void* outs[2] = {a.data(), b.data()};
+  RedOpSpec op;  // sum
+  for (auto _ : state) {
+    snccl::kernels::reduceStream(outs, 2, nstream, a.data(), b.data(), count, ncclFloat32, op, false, false);
+    snccl::kernels::streamFence();
+    benchmark::DoNotOptimize(a.data());
+    benchmark::ClobberMemory();
+  }
+  setRates(state, bytes, 4);
+}
+
 void registerAll() {
   benchmark::RegisterBenchmark("fold_two_outputs/stream/float/32MiB", benchFoldTwo, true);
   benchmark::RegisterBenchmark("fold_two_outputs/reduce_memcpy/float/32MiB", benchFoldTwo, false);
+  benchmark::RegisterBenchmark("fold_in_place/stream/float", benchFoldInPlace, 2)->Arg(1 << 20)->Arg(32 << 20);
+  benchmark::RegisterBenchmark("fold_in_place/plain/float", benchFoldInPlace, 0)->Arg(1 << 20)->Arg(32 << 20);
   for (size_t bytes : kSizes) {
     const std::string size = sizeName(bytes);
     benchmark::RegisterBenchmark(("memcpy/" + size).c_str(), benchMemcpy, bytes);

@@ -221,9 +221,10 @@ class CommRunner {
   } edgeStage_;
   CallAgreement agree_;
   std::vector<char> foldTmp_;  // partial folds of the single-copy AllReduce
-  std::vector<void*> foldOuts_;  // the outputs its last combine writes, this rank's first
+  std::vector<void*> foldOuts_;  // the outputs its last combine writes, streamed ones first
   std::vector<const char*> foldIns_;  // each rank's input for one segment of the fold
   std::vector<char*> foldOutBases_;   // each rank's output for one segment of the fold
+  std::vector<int> foldOutOrder_;     // the ranks in foldOuts_' order for one segment
   bool claimsMade_ = false;          // the current op's rings are in driven_
   // The runner went to sleep and handed its net rings to the proxy: it leaves them there
   // until one of its steps moves again. A runner woken by its sleep's time limit with

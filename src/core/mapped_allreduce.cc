@@ -171,14 +171,29 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
     return InternalError("single-copy AllReduce #%llu: PeerFold of [%zu, %zu) -> %zu of %zu elements",
                          (unsigned long long)op.seq, blk.begin, blk.end, st.dst.offset, op.count);
   // The last combine of the fold, x0 (+) ... (+) x(n-1), writes its result straight into
-  // every rank's output with streaming stores (DataEngine::reduceStream), this rank's own
-  // first. Within each line every operand is read before any output is written, so in
-  // place (each output is its rank's input) the writes overwrite only what was just read.
+  // every rank's output (DataEngine::reduceStream). Within each line every operand is read
+  // before any output is written, so in place (an output is its rank's input) the writes
+  // overwrite only what was just read. Outputs that are not their rank's input get
+  // streaming stores; in-place ones plain stores, because their lines were just loaded
+  // into the cache (streaming over them made in-place calls 2-3x slower).
   if (foldOuts_.size() < size_t(n)) foldOuts_.resize(size_t(n));
   foldIns_.resize(size_t(n));
   foldOutBases_.resize(size_t(n));
+  foldOutOrder_.resize(size_t(n));
+  int nstream = 0;
+  auto orderOutputs = [&] {  // streamed outputs first, each group from this rank on
+    size_t k = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int d = 0; d < n; ++d) {
+        const size_t q = size_t((me + d) % n);
+        if ((foldOutBases_[q] != foldIns_[q]) == (pass == 0)) foldOutOrder_[k++] = int(q);
+      }
+      if (pass == 0) nstream = int(k);
+    }
+  };
   auto outsAt = [&](size_t off) {
-    for (int d = 0; d < n; ++d) foldOuts_[size_t(d)] = at(foldOutBases_[size_t((me + d) % n)], ptrdiff_t(off));
+    for (int d = 0; d < n; ++d)
+      foldOuts_[size_t(d)] = at(foldOutBases_[size_t(foldOutOrder_[size_t(d)])], ptrdiff_t(off));
     return foldOuts_.data();
   };
   // Every input is a rank's own contribution: PreMulSum scales each once (scale = true);
@@ -213,6 +228,7 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
       foldIns_[q] = in;
       foldOutBases_[q] = out;
     }
+    orderOutputs();
     for (size_t e0 = from; e0 < to; e0 += piece) {
       const size_t len = std::min(piece, to - e0);
       const ptrdiff_t off = ptrdiff_t(e0 * es);
@@ -225,7 +241,7 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
         op.engine->reduce(tmp, acc, at(foldIns_[size_t(j)], off), len, op.dt, op.op, true, false);
         acc = tmp;
       }
-      op.engine->reduceStream(outsAt(size_t(off)), n, acc, at(foldIns_[size_t(n - 1)], off), len, op.dt, op.op, true,
+      op.engine->reduceStream(outsAt(size_t(off)), n, nstream, acc, at(foldIns_[size_t(n - 1)], off), len, op.dt, op.op, true,
                               true);
     }
   }

@@ -168,7 +168,10 @@ bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
   Buffer in(kCount * 4, useNccl, comm, rank), out(kCount * 4, useNccl, comm, rank);
   for (int iter = 0; iter < 40; ++iter) {
     auto* x = static_cast<float*>(in.p);
-    auto* y = static_cast<float*>(iter % 2 == 1 ? in.p : out.p);  // odd calls in place
+    // Out of place, in place, then in place on even ranks only: each rank's output is
+    // written with streaming or plain stores by whether it is that rank's input.
+    const bool inPlace = iter % 3 == 1 || (iter % 3 == 2 && rank % 2 == 0);
+    auto* y = static_cast<float*>(inPlace ? in.p : out.p);
     for (size_t i = 0; i < kCount; ++i) x[i] = float(iter * 3 + rank + int(i % 5));
     if (ncclAllReduce(x, y, kCount, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
       return fail(rank, "reuse: " + mp::lastError());

@@ -33,8 +33,8 @@ class NoMemoryEngine final : public DataEngine {
   void copy(void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&, bool, bool) const override {}
   void reduce(void*, const void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&, bool,
               bool) const override {}
-  void reduceStream(void* const*, int, const void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&,
-                    bool, bool) const override {}
+  void reduceStream(void* const*, int, int, const void*, const void*, size_t, ncclDataType_t,
+                    const kernels::RedOpSpec&, bool, bool) const override {}
   void streamFence() const override {}
 };
 
@@ -63,10 +63,10 @@ class RegionEngine final : public DataEngine {
     ++reduces;
     engine::kCpuEngine.reduce(dst, a, b, count, dt, op, scaleB, finalize);
   }
-  void reduceStream(void* const* out, int nout, const void* a, const void* b, size_t count, ncclDataType_t dt,
-                    const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
+  void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
+                    ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
     ++reduces;
-    engine::kCpuEngine.reduceStream(out, nout, a, b, count, dt, op, scaleB, finalize);
+    engine::kCpuEngine.reduceStream(out, nout, nstream, a, b, count, dt, op, scaleB, finalize);
   }
   void streamFence() const override { engine::kCpuEngine.streamFence(); }
 
@@ -233,9 +233,9 @@ TEST(CpuEngine, CopyAndReduceEqualTheKernelsForEveryTypeOpAndShape) {
               got = init, want = init;
               void* gotOut[2] = {got.data() + off, got2.data() + off};
               void* wantOut[2] = {want.data() + off, want2.data() + off};
-              eng.reduceStream(gotOut, 2, a.data() + off, b.data() + off, count, dt, op, scale, fin);
+              eng.reduceStream(gotOut, 2, 1, a.data() + off, b.data() + off, count, dt, op, scale, fin);
               eng.streamFence();
-              kernels::reduceStream(wantOut, 2, a.data() + off, b.data() + off, count, dt, op, scale, fin);
+              kernels::reduceStream(wantOut, 2, 1, a.data() + off, b.data() + off, count, dt, op, scale, fin);
               kernels::streamFence();
               ASSERT_EQ(got, want) << "reduceStream out[0]";
               ASSERT_EQ(got2, want2) << "reduceStream out[1]";

@@ -354,28 +354,32 @@ enum class Alias { kNone, kDstIsA, kDstIsB };
   return ::testing::AssertionSuccess();
 }
 
-// reduceStream() to several outputs at once: one 64-byte aligned (streaming stores), one 16
-// bytes past that (streaming stores, each line straddling two cache lines), one an element
-// past it (plain stores), plus a or b itself (aligned) when `alias` says so. Every output
-// must hold reduce()'s result, and nothing else may change.
+// reduceStream() to several outputs at once. Streamed (the first nstream): one 64-byte
+// aligned (streaming stores), one 16 bytes past that (streaming stores, each line
+// straddling two cache lines), and a itself (aligned) when `alias` is kDstIsA. Then plain
+// stores: one aligned, one an element past alignment, and b itself (aligned) when `alias`
+// is kDstIsB. Every output must hold reduce()'s result, and nothing else may change.
 ::testing::AssertionResult checkReduceStream(const KernelTable& k, const Case& c, size_t count, Alias alias,
                                              std::mt19937_64& rng) {
   const size_t size = typeSize(c.dt);
   // An input that is also an output starts 64-byte aligned, so it gets streaming stores.
   Buffer a(count, size, alias == Alias::kDstIsA ? 0 : count % 4);
   Buffer b(count, size, alias == Alias::kDstIsB ? 0 : (count + 1) % 3);
-  Buffer d0(count, size, 0), d1(count, size, 16 / size), d2(count, size, 1);
+  Buffer d0(count, size, 0), d1(count, size, 16 / size), d2(count, size, 1), d3(count, size, 0);
   std::vector<uint64_t> va(count), vb(count);
   for (size_t i = 0; i < count; ++i) {
     sntest::storeBits(a.data(), i, size, va[i] = randomValue(c.dt, rng));
     sntest::storeBits(b.data(), i, size, vb[i] = randomValue(c.dt, rng));
   }
-  std::vector<Buffer*> outs{&d0, &d1, &d2};
+  std::vector<Buffer*> outs{&d0, &d1};
   if (alias == Alias::kDstIsA) outs.insert(outs.begin() + 1, &a);
+  const int nstream = int(outs.size());
+  outs.push_back(&d3);
+  outs.push_back(&d2);
   if (alias == Alias::kDstIsB) outs.push_back(&b);
   std::vector<void*> ptrs;
   for (Buffer* o : outs) ptrs.push_back(o->data());
-  reduceStreamWith(k, ptrs.data(), int(ptrs.size()), a.data(), b.data(), count, c.dt, specFor(c), c.scale, c.finalize);
+  reduceStreamWith(k, ptrs.data(), int(ptrs.size()), nstream, a.data(), b.data(), count, c.dt, specFor(c), c.scale, c.finalize);
   const char* where = alias == Alias::kDstIsA   ? "stream, an output is a"
                       : alias == Alias::kDstIsB ? "stream, an output is b"
                                                 : "stream";
@@ -546,8 +550,8 @@ TEST(Kernels, ZeroCountTouchesNothing) {
   for (ncclDataType_t dt : kTypes) {
     reduce(nullptr, nullptr, nullptr, 0, dt, op, true, true);
     void* none = nullptr;
-    reduceStream(&none, 1, nullptr, nullptr, 0, dt, op, true, true);
-    reduceStream(nullptr, 0, nullptr, nullptr, 0, dt, op, true, true);
+    reduceStream(&none, 1, 1, nullptr, nullptr, 0, dt, op, true, true);
+    reduceStream(nullptr, 0, 0, nullptr, nullptr, 0, dt, op, true, true);
     copy(nullptr, nullptr, 0, dt, op, true, true);
   }
 }
@@ -568,7 +572,7 @@ TEST(Kernels, PublicApiUsesBestTable) {
   EXPECT_EQ(viaApi, viaTable);
   std::vector<float> streamed(1000);
   void* out = streamed.data();
-  reduceStream(&out, 1, a.data(), b.data(), a.size(), ncclFloat32, op, false, true);
+  reduceStream(&out, 1, 1, a.data(), b.data(), a.size(), ncclFloat32, op, false, true);
   streamFence();
   EXPECT_EQ(streamed, viaTable);
 }

@@ -19,9 +19,9 @@ inline constexpr int kNumBaseOps = 4;  // ncclSum, ncclProd, ncclMax, ncclMin
 // dst[i] = a[i] (op) b[i], then divided by op.divisor when the table slot is the finalize one.
 using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count, const RedOpSpec& op);
 // (out[k] + outOffset bytes)[i] = a[i] (op) b[i] for every k < nout, with streaming stores
-// (reduce.h: reduceStream).
-using ReduceStreamFn = void (*)(void* const* out, int nout, size_t outOffset, const void* a, const void* b,
-                                size_t count, const RedOpSpec& op);
+// to out[0, nstream) (reduce.h: reduceStream).
+using ReduceStreamFn = void (*)(void* const* out, int nout, int nstream, size_t outOffset, const void* a,
+                                const void* b, size_t count, const RedOpSpec& op);
 // dst[i] = src[i] scaled by op.scalar and/or divided by op.divisor, as the slot says.
 using MapFn = void (*)(void* dst, const void* src, size_t count, const RedOpSpec& op);
 // Conversions between a narrow float format and fp32 (exact bits, used by the tests).
@@ -46,8 +46,8 @@ const KernelTable& bestKernels();
 // reduce() and copy() on an explicit table; the public functions use bestKernels().
 void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
                 const RedOpSpec& op, bool scaleB, bool finalize);
-void reduceStreamWith(const KernelTable& k, void* const* out, int nout, const void* a, const void* b, size_t count,
-                      ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize);
+void reduceStreamWith(const KernelTable& k, void* const* out, int nout, int nstream, const void* a, const void* b,
+                      size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize);
 void copyWith(const KernelTable& k, void* dst, const void* src, size_t count, ncclDataType_t dt, const RedOpSpec& op,
               bool scale, bool finalize);
 

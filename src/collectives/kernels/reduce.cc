@@ -95,16 +95,16 @@ void reduceWith(const KernelTable& k, void* dst, const void* a, const void* b, s
   });
 }
 
-void reduceStreamWith(const KernelTable& k, void* const* out, int nout, const void* a, const void* b, size_t count,
-                      ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize) {
+void reduceStreamWith(const KernelTable& k, void* const* out, int nout, int nstream, const void* a, const void* b,
+                      size_t count, ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize) {
   if (count == 0 || nout <= 0 || !valid(dt, op)) return;
   const ReduceStreamFn fn = k.reduceStream[dt][op.base][divides(op, finalize)];
   if (!(scaleB && op.hasScalar)) {
-    fn(out, nout, 0, a, b, count, op);
+    fn(out, nout, nstream, 0, a, b, count, op);
     return;
   }
   forEachScaledBlock(k, b, count, dt, op, [&](size_t off, const void* scaled, size_t n) {
-    fn(out, nout, off, static_cast<const unsigned char*>(a) + off, scaled, n, op);
+    fn(out, nout, nstream, off, static_cast<const unsigned char*>(a) + off, scaled, n, op);
   });
 }
 
@@ -124,9 +124,9 @@ void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_
   reduceWith(bestKernels(), dst, a, b, count, dt, op, scaleB, finalize);
 }
 
-void reduceStream(void* const* out, int nout, const void* a, const void* b, size_t count, ncclDataType_t dt,
-                  const RedOpSpec& op, bool scaleB, bool finalize) {
-  reduceStreamWith(bestKernels(), out, nout, a, b, count, dt, op, scaleB, finalize);
+void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
+                  ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize) {
+  reduceStreamWith(bestKernels(), out, nout, nstream, a, b, count, dt, op, scaleB, finalize);
 }
 
 void streamFence() {

@@ -45,14 +45,17 @@ const char* opName(ncclRedOp_t op);      // "sum", "prod", "max", "min", "avg"; 
 void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const RedOpSpec& op,
             bool scaleB, bool finalize);
 
-// out[k][i] = a[i] (op) g(b[i]) for every k < nout, as reduce() computes it, written with
-// streaming (non-temporal) stores where out[k] is 16-byte aligned: for results nobody reads
-// soon (a large AllReduce's outputs), each line is written without first being read into
-// the cache, a third less memory traffic than a cached store. Every out[k] may equal a or b
-// exactly. The stores are weakly ordered: call streamFence() before telling another
-// thread the data is there.
-void reduceStream(void* const* out, int nout, const void* a, const void* b, size_t count, ncclDataType_t dt,
-                  const RedOpSpec& op, bool scaleB, bool finalize);
+// out[k][i] = a[i] (op) g(b[i]) for every k < nout, as reduce() computes it. The first
+// nstream outputs are written with streaming (non-temporal) stores where 16-byte aligned:
+// for results nobody reads soon (a large AllReduce's outputs), each line is written
+// without first being read into the cache, a third less memory traffic than a cached
+// store. The others get plain stores: an output that is also an input of the call (in
+// place) has its lines in the cache already, and streaming over them is slower
+// (perf/bench_kernels fold_in_place: 2.7x at 32 MiB, 6x at 1 MiB on one core). Every
+// out[k] may equal a or b exactly. The stores are weakly ordered: call streamFence()
+// before telling another thread the data is there.
+void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
+                  ncclDataType_t dt, const RedOpSpec& op, bool scaleB, bool finalize);
 // Makes this thread's streaming stores visible to others before its later stores.
 void streamFence();
 

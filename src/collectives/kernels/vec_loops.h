@@ -182,14 +182,15 @@ void reduceLoop(void* dst, const void* a, const void* b, size_t n, const RedOpSp
                });
 }
 
-// One 64-byte line of results to each output. Streaming stores skip reading the line
-// before overwriting it, and an output that is 16-byte aligned keeps that alignment from
-// line to line; other outputs get plain stores. Not fenced (reduce.h: streamFence).
-inline void storeLine(void* const* outs, int nout, size_t off, const unsigned char* line) {
+// One 64-byte line of results to each output. Streaming stores (to the first nstream
+// outputs) skip reading the line before overwriting it, and an output that is 16-byte
+// aligned keeps that alignment from line to line; other outputs get plain stores. Not
+// fenced (reduce.h: streamFence).
+inline void storeLine(void* const* outs, int nout, int nstream, size_t off, const unsigned char* line) {
   for (int k = 0; k < nout; ++k) {
     unsigned char* d = static_cast<unsigned char*>(outs[k]) + off;
 #if defined(__x86_64__)
-    if ((reinterpret_cast<uintptr_t>(d) & 15) == 0) {
+    if (k < nstream && (reinterpret_cast<uintptr_t>(d) & 15) == 0) {
       for (size_t q = 0; q < 64; q += 16) {
         __m128i v;
         std::memcpy(&v, line + q, 16);
@@ -208,7 +209,7 @@ inline void storeLine(void* const* outs, int nout, size_t off, const unsigned ch
 // that way, 2.6-2.8 ms fused, on one core). Each line of a and b is read before
 // any output line at the same place is written, so an output may be a or b exactly.
 template <class Tr, template <class> class Op, bool kFinalize>
-void reduceStreamLoop(void* const* outs, int nout, size_t outOffset, const void* a, const void* b, size_t n,
+void reduceStreamLoop(void* const* outs, int nout, int nstream, size_t outOffset, const void* a, const void* b, size_t n,
                       const RedOpSpec& op) {
   using VE = typename Tr::VE;
   constexpr size_t kVec = sizeof(VE), kElem = sizeof(typename Tr::Elem), kLineElems = 64 / kElem;
@@ -224,7 +225,7 @@ void reduceStreamLoop(void* const* outs, int nout, size_t outOffset, const void*
     for (size_t u = 0; u < 64 / kVec; ++u) x[u] = loadVec<VE>(pa + off + u * kVec);
     for (size_t u = 0; u < 64 / kVec; ++u) y[u] = loadVec<VE>(pb + off + u * kVec);
     for (size_t u = 0; u < 64 / kVec; ++u) storeVec(line + u * kVec, combine<Tr, Op, kFinalize>(x[u], y[u], divisor));
-    storeLine(outs, nout, outOffset + off, line);
+    storeLine(outs, nout, nstream, outOffset + off, line);
   }
   if (i < n) {  // under a line: through the ordinary loop, then plain stores
     const size_t off = i * kElem, rest = (n - i) * kElem;

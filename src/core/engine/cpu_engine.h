@@ -31,9 +31,9 @@ class CpuEngine final : public DataEngine {
               bool scaleB, bool finalize) const override {
     kernels::reduce(dst, a, b, count, dt, op, scaleB, finalize);
   }
-  void reduceStream(void* const* out, int nout, const void* a, const void* b, size_t count, ncclDataType_t dt,
-                    const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
-    kernels::reduceStream(out, nout, a, b, count, dt, op, scaleB, finalize);
+  void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
+                    ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
+    kernels::reduceStream(out, nout, nstream, a, b, count, dt, op, scaleB, finalize);
   }
   void streamFence() const override { kernels::streamFence(); }
 };

@@ -73,8 +73,9 @@ class DataEngine {
   virtual void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
                       const kernels::RedOpSpec& op, bool scaleB, bool finalize) const = 0;
   // kernels::reduceStream: the same result into every out[k], with stores that bypass
-  // the cache where the engine has them; streamFence() orders them before later stores.
-  virtual void reduceStream(void* const* out, int nout, const void* a, const void* b, size_t count,
+  // the cache into out[0, nstream) where the engine has them; streamFence() orders them
+  // before later stores.
+  virtual void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
                             ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const = 0;
   virtual void streamFence() const = 0;
 
