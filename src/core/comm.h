@@ -21,6 +21,7 @@
 #include "collectives/schedule.h"
 #include "collectives/tuning/selector.h"
 #include "common/status.h"
+#include "core/auto_register.h"
 #include "core/bootstrap.h"
 #include "core/comm_errors.h"
 #include "core/comm_ordering.h"
@@ -179,6 +180,9 @@ struct CommSingleCopy {
   bool connected = false;  // channel 0 to and from every peer exists
   int verdict = -1;        // the last one (1 single copy, 0 rings), logged on change
   PeerBuffers peerBuffers;
+  // Recurring malloc'd buffers registered by the communicator itself (SNCCL_AUTO_REGISTER);
+  // null when off or when every rank is a thread of this process.
+  std::unique_ptr<AutoRegistrations> autoRegs;
 };
 
 // Buffers registered with ncclCommRegister (core/comm.cc).

@@ -145,6 +145,17 @@ Status checkSingleCopy(ncclComm* comm) {
       comm->singleCopy.mappable = false;
   }
   comm->singleCopy.minBytes = size_t(comm->peers.info[comm->rank].singleCopyBytes);
+  // Automatic registration only helps between processes (threads of one process map any
+  // memory). Each rank decides alone: a rank whose buffers are not shared makes the
+  // verdict "rings" for that call, on every rank alike.
+  bool otherProcess = false;
+  for (const PeerInfo& p : comm->peers.info)
+    otherProcess = otherProcess || p.processToken != comm->peers.info[comm->rank].processToken;
+  const int64_t autoBytes = params::getIntClamped(params::Id::AutoRegister, 0, INT64_MAX);
+  if (comm->singleCopy.mappable && otherProcess && comm->singleCopy.minBytes != 0 && autoBytes != 0 &&
+      params::getInt(params::Id::ShareRegistered) != 0)
+    comm->singleCopy.autoRegs =
+        std::make_unique<AutoRegistrations>(std::max(size_t(autoBytes), comm->singleCopy.minBytes));
   // Whether a call takes the single-copy path must be the same on every rank (its
   // messages are not the rings'); a differing threshold would surface later as a
   // confusing size mismatch in the middle of some AllReduce.

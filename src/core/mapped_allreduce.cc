@@ -270,6 +270,16 @@ Status CommRunner::describeOwnBuffers(const engine::DataEngine& engine, char* my
   m.out[me] = myOut;
   m.ownIn = describeOwn(myIn, bytes);
   m.ownOut = myOut == myIn ? m.ownIn : describeOwn(myOut, bytes);
+  if (AutoRegistrations* autoRegs = comm_->singleCopy.autoRegs.get()) {
+    // Buffers the program passes again and again are registered on their second use.
+    autoRegs->tick();
+    bool now = m.ownIn.fd == kUnreadable && autoRegs->offer(myIn, bytes);
+    if (myOut != myIn && m.ownOut.fd == kUnreadable) now = autoRegs->offer(myOut, bytes) || now;
+    if (now) {
+      m.ownIn = describeOwn(myIn, bytes);
+      m.ownOut = myOut == myIn ? m.ownIn : describeOwn(myOut, bytes);
+    }
+  }
   m.inFull[me] = m.ownIn.lo == 0 && m.ownIn.tail == 0;
   m.outFull[me] = m.ownOut.lo == 0 && m.ownOut.tail == 0;
   m.headBytes = std::max(m.ownIn.lo, m.ownOut.lo);

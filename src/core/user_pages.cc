@@ -30,7 +30,7 @@ constexpr size_t kMinPages = 4;
 
 struct Range {
   size_t bytes;
-  int fd;
+  int fd;  // -1: detached (no peer can map it any more; tracked for fork)
   uint64_t ino;
   uint64_t serial;  // in the file's name, which find() checks the mapping by
   int refs;
@@ -68,30 +68,6 @@ bool stillMapped(const char* start, const Range& r) {
   const std::string want = "/memfd:" + fileName(r.serial);
   return std::strncmp(link, want.c_str(), want.size()) == 0 &&
          (link[want.size()] == '\0' || link[want.size()] == ' ');
-}
-
-// Whether every page of [a, b) is private anonymous read-write memory (the heap, or an
-// anonymous mapping): the only kind whose pages can move to a file without changing
-// what the process sees. A file mapping would lose its file, a read-only one its
-// protection, the stack its growth.
-bool privateAnonymous(const char* a, const char* b) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  uintptr_t covered = uintptr_t(a);
-  while (covered < uintptr_t(b) && std::getline(maps, line)) {
-    unsigned long lo = 0, hi = 0, off = 0, inode = 0;
-    char perms[8] = {};
-    int dev1 = 0, dev2 = 0, used = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %x:%x %lu %n", &lo, &hi, perms, &off, &dev1, &dev2, &inode,
-                    &used) < 7)
-      return false;
-    if (hi <= covered) continue;
-    if (lo > covered) return false;  // a hole
-    std::string path = used > 0 && size_t(used) <= line.size() ? line.substr(size_t(used)) : "";
-    if (std::strcmp(perms, "rw-p") != 0 || inode != 0 || !(path.empty() || path == "[heap]")) return false;
-    covered = hi;
-  }
-  return covered >= uintptr_t(b);
 }
 
 // Copies [start, start + bytes) into fresh private anonymous pages and moves them over
@@ -141,7 +117,7 @@ void privatizeInChild() {
       static const char msg[] = "snccl: fork: could not copy a registered buffer into the child's own memory\n";
       (void)!write(2, msg, sizeof msg - 1);
     }
-    close(r.fd);
+    if (r.fd >= 0) close(r.fd);
   }
   reg.ranges.clear();
   if (reg.forkPipe[0] >= 0) {
@@ -178,11 +154,15 @@ uint64_t share(void* p, size_t bytes) {
   installForkHandlers();
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
+  // Detached ranges whose buffer was freed are forgotten here (they hold no memory).
+  std::erase_if(reg.ranges, [](const auto& e) { return e.second.fd < 0 && !stillMapped(e.first, e.second); });
   auto it = reg.ranges.upper_bound(a);
   if (it != reg.ranges.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.bytes > a) {
-      if (b <= prev->first + prev->second.bytes && stillMapped(prev->first, prev->second)) {
+      // A detached range cannot be shared again: its file can no longer be opened, and
+      // copying it back could race with the program's other threads.
+      if (prev->second.fd >= 0 && b <= prev->first + prev->second.bytes && stillMapped(prev->first, prev->second)) {
         ++prev->second.refs;  // inside a shared range: the same pages
         return prev->second.serial;
       }
@@ -194,7 +174,7 @@ uint64_t share(void* p, size_t bytes) {
     refuse(reg, "it overlaps another registered buffer", p, bytes);
     return 0;
   }
-  if (!privateAnonymous(a, b)) {
+  if (!privateAnonymous(a, b, true)) {
     refuse(reg, "its pages are not private anonymous read-write memory", p, bytes);
     return 0;
   }
@@ -235,13 +215,37 @@ void release(uint64_t id) {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
   auto it = std::find_if(reg.ranges.begin(), reg.ranges.end(), [&](const auto& e) { return e.second.serial == id; });
-  if (it == reg.ranges.end()) return;  // dropped already: its mapping went away
+  if (it == reg.ranges.end() || it->second.fd < 0) return;  // dropped or detached already
   if (--it->second.refs > 0) return;
   if (stillMapped(it->first, it->second) && !makePrivate(it->first, it->second.bytes))
     SN_WARN("deregistering %p: could not copy its %zu shared bytes back into private memory; they stay shared "
             "with this node's processes until freed", static_cast<void*>(it->first), it->second.bytes);
   close(it->second.fd);
   reg.ranges.erase(it);
+}
+
+void detach(uint64_t id) {
+  if (id == 0) return;
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  auto it = std::find_if(reg.ranges.begin(), reg.ranges.end(), [&](const auto& e) { return e.second.serial == id; });
+  if (it == reg.ranges.end() || it->second.fd < 0) return;
+  if (--it->second.refs > 0) return;
+  close(it->second.fd);
+  it->second.fd = -1;
+  if (!stillMapped(it->first, it->second)) reg.ranges.erase(it);
+}
+
+bool alive(uint64_t id) {
+  if (id == 0) return false;
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  auto it = std::find_if(reg.ranges.begin(), reg.ranges.end(), [&](const auto& e) { return e.second.serial == id; });
+  if (it == reg.ranges.end() || it->second.fd < 0) return false;
+  if (stillMapped(it->first, it->second)) return true;
+  close(it->second.fd);
+  reg.ranges.erase(it);
+  return false;
 }
 
 Span find(const void* p, size_t bytes) {
@@ -256,7 +260,7 @@ Span find(const void* p, size_t bytes) {
   const char* end = start + it->second.bytes;
   const char* lo = std::max(start, c);
   const char* hi = std::min(end, c + bytes);
-  if (hi <= lo) return {};
+  if (hi <= lo || it->second.fd < 0) return {};
   if (!stillMapped(start, it->second)) {
     // Freed or remapped without ncclCommDeregister: the file no longer holds the
     // buffer. Forget it (its registration's release() finds nothing).
@@ -268,10 +272,40 @@ Span find(const void* p, size_t bytes) {
               size_t(c + bytes - hi)};
 }
 
+// Private anonymous read-write memory (the heap, or an anonymous mapping) is the only kind
+// whose pages can move to a file without changing what the process sees: a file mapping
+// would lose its file, a read-only one its protection, the stack its growth.
+bool privateAnonymous(const void* a, const void* b, bool heapToo) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uintptr_t covered = uintptr_t(a);
+  while (covered < uintptr_t(b) && std::getline(maps, line)) {
+    unsigned long lo = 0, hi = 0, off = 0, inode = 0;
+    char perms[8] = {};
+    int dev1 = 0, dev2 = 0, used = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %x:%x %lu %n", &lo, &hi, perms, &off, &dev1, &dev2, &inode,
+                    &used) < 7)
+      return false;
+    if (hi <= covered) continue;
+    if (lo > covered) return false;  // a hole
+    const std::string path = used > 0 && size_t(used) <= line.size() ? line.substr(size_t(used)) : "";
+    if (std::strcmp(perms, "rw-p") != 0 || inode != 0 || !(path.empty() || (heapToo && path == "[heap]")))
+      return false;
+    covered = hi;
+  }
+  return covered >= uintptr_t(b);
+}
+
 size_t liveRanges() {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
-  return reg.ranges.size();
+  return size_t(std::count_if(reg.ranges.begin(), reg.ranges.end(), [](const auto& e) { return e.second.fd >= 0; }));
+}
+
+size_t detachedRanges() {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  return size_t(std::count_if(reg.ranges.begin(), reg.ranges.end(), [](const auto& e) { return e.second.fd < 0; }));
 }
 
 }  // namespace snccl::userpages

@@ -51,10 +51,28 @@ uint64_t share(void* p, size_t bytes);
 // Drops one registration of the range `id`; the last makes its pages private again.
 void release(uint64_t id);
 
+// Drops one registration of the range `id` without copying: the last closes the memory
+// file, so that peers can no longer map the range and freeing the buffer gives its memory
+// back, but the pages stay in the file (which behaves as private memory once no peer maps
+// it) and fork still gives a child its own copy. For automatic registrations
+// (core/auto_register.h): copying back could race with another thread freeing the
+// buffer, which the user never promised not to do.
+void detach(uint64_t id);
+
+// Whether the range `id` is still shared and mapped where share() put it; a range that is
+// not is forgotten (its memory file closed), so that the memory of a buffer freed without
+// deregistration is given back.
+bool alive(uint64_t id);
+
 // The shared part of [p, p + bytes), validated against the process's mappings.
 Span find(const void* p, size_t bytes);
 
-// The number of live shared ranges (tests).
+// Whether every page of [a, b) is private anonymous read-write memory (/proc/self/maps),
+// the only kind share() moves; the heap counts only with heapToo.
+bool privateAnonymous(const void* a, const void* b, bool heapToo);
+
+// The number of live shared ranges, and of detached ones still tracked for fork (tests).
 size_t liveRanges();
+size_t detachedRanges();
 
 }  // namespace snccl::userpages

@@ -10,6 +10,7 @@
 // place. Then 40 calls on the same buffers, each overwritten as soon as the call returns:
 // a rank returning while a peer still reads its input or writes its output (the
 // protocol's last round) would corrupt a result.
+#include <malloc.h>
 #include <sys/prctl.h>
 
 #include <atomic>
@@ -31,8 +32,10 @@ constexpr const char* kHelperVar = "SNCCL_SC_HELPER";
 // kMixed: rank 1 mallocs, the others ncclMemAlloc. kRegistered: every rank mallocs and
 // registers (ncclCommRegister shares the whole pages: src/core/user_pages.h), each at
 // another offset into its first page, so the ranks' unshared edges differ.
-// kMixedRegistered: rank 1 ncclMemAlloc, the others as kRegistered.
-enum class Alloc { kMemAlloc, kMalloc, kMixed, kRegistered, kMixedRegistered };
+// kMixedRegistered: rank 1 ncclMemAlloc, the others as kRegistered. kMalloc and kMixed
+// run with automatic registration off (SNCCL_AUTO_REGISTER=0); kAuto is kMalloc with it on,
+// plus autoRegistration().
+enum class Alloc { kMemAlloc, kMalloc, kMixed, kRegistered, kMixedRegistered, kAuto };
 enum class Kind { kMemAlloc, kMalloc, kRegistered };
 
 Kind kindOf(Alloc a, int rank) {
@@ -42,6 +45,7 @@ Kind kindOf(Alloc a, int rank) {
     case Alloc::kMixed: return rank == 1 ? Kind::kMalloc : Kind::kMemAlloc;
     case Alloc::kRegistered: return Kind::kRegistered;
     case Alloc::kMixedRegistered: return rank == 1 ? Kind::kMemAlloc : Kind::kRegistered;
+    case Alloc::kAuto: return Kind::kMalloc;
   }
   return Kind::kMalloc;
 }
@@ -155,9 +159,57 @@ bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, Kind useNccl) {
   return true;
 }
 
+// Automatic registration (src/core/auto_register.h) of plain malloc buffers: a buffer
+// passed twice is shared from its second call; freed and allocated again (glibc usually
+// maps it at the same address), it is shared again after the address's back-off (8
+// sightings); grown with realloc, it keeps its bytes.
+// Every call's result is checked, and the buffers are written between calls, as a
+// program does. glibc's mmap threshold is fixed, so that every buffer of 160 KiB and up
+// is a mapping of its own (by default freeing one raises the threshold to its size).
+bool autoRegistration(ncclComm_t comm, int rank, int n) {
+  if (mallopt(M_MMAP_THRESHOLD, 128 * 1024) != 1) return fail(rank, "mallopt(M_MMAP_THRESHOLD) failed");
+  const size_t count = 40099;
+  auto check = [&](float* x, float* y, size_t cnt, int call, const char* what) {
+    for (size_t i = 0; i < cnt; ++i) x[i] = float(call * 2 + rank + int(i % 7));
+    if (ncclAllReduce(x, y, cnt, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess)
+      return fail(rank, std::string(what) + ": " + mp::lastError());
+    for (size_t i = 0; i < cnt; ++i) {
+      const float want = float(n * (call * 2 + int(i % 7)) + n * (n - 1) / 2);
+      if (y[i] != want)
+        return fail(rank, std::string(what) + ", call " + std::to_string(call) + ": element " + std::to_string(i) +
+                              " is " + std::to_string(y[i]) + ", expected " + std::to_string(want));
+    }
+    return true;
+  };
+  for (int round = 0; round < 2; ++round) {  // the second round: the same sizes after free
+    auto* in = static_cast<float*>(std::malloc(count * 4));
+    auto* out = static_cast<float*>(std::malloc(count * 4));
+    if (in == nullptr || out == nullptr) return fail(rank, "malloc failed");
+    for (int call = 0; call < (round == 0 ? 4 : 12); ++call) {
+      const bool inPlace = call % 2 == 1;
+      if (!check(in, inPlace ? in : out, count, call, round == 0 ? "auto" : "auto, reallocated")) return false;
+    }
+    if (round == 1) {
+      // Grown: glibc cannot mremap the split mapping and copies into a new one.
+      auto* grown = static_cast<float*>(std::realloc(in, count * 8));
+      if (grown == nullptr) return fail(rank, "realloc failed");
+      for (size_t i = 0; i < count; ++i)
+        if (grown[i] != float(n * (11 * 2 + int(i % 7)) + n * (n - 1) / 2))
+          return fail(rank, "realloc lost element " + std::to_string(i));
+      in = grown;
+      for (int call = 0; call < 3; ++call)
+        if (!check(in, in, count * 2, call, "auto, after realloc")) return false;
+    }
+    std::free(in);
+    std::free(out);
+  }
+  return true;
+}
+
 // The helper's ranks: every case, ranges of one block, then the reuse loop.
 bool helperBody(ncclComm_t comm, int rank, int n, Alloc alloc) {
   const Kind useNccl = kindOf(alloc, rank);
+  if (alloc == Alloc::kAuto && !autoRegistration(comm, rank, n)) return false;
   for (size_t count : {size_t(1), size_t(17), size_t(4099), (size_t(1) << 20) + 3})
     for (const char* op : {"sum", "max", "avg", "premulsum"})
       for (bool inPlace : {false, true})
@@ -216,20 +268,45 @@ TEST_P(SingleCopy, ExactResultsOnTheExpectedPath) {
                                      {"SC_N", std::to_string(n)},
                                      {"SC_ALLOC", std::to_string(int(alloc))},
                                      {"SNCCL_SINGLE_COPY_BYTES", "4"},
+                                     {"SNCCL_AUTO_REGISTER", alloc == Alloc::kAuto ? "65536" : "0"},
                                      {"NCCL_DEBUG", "INFO"},
-                                     {"NCCL_DEBUG_SUBSYS", "COLL"},
+                                     {"NCCL_DEBUG_SUBSYS", "COLL,REG"},
                                      {"NCCL_DEBUG_FILE", dir.path + "/sc.%p"}},
                                     300);
   EXPECT_EQ(run.rc, 0) << "a result was wrong or a call failed (the helper's stderr says which)\n" << mp::dump(run);
   // Which path each rank logged (a line per change of path; "host:pid:tid [dev] NCCL INFO").
-  std::set<std::string> single, rings;
+  std::set<std::string> single, rings, autoRegistered;
+  size_t autoCount = 0;
   for (const std::string& l : run.lines) {
     std::string who = l.substr(0, l.find(' '));  // host:pid:tid
     if (l.find("single copy") != std::string::npos) single.insert(who);
     if (l.find("through the rings") != std::string::npos) rings.insert(who);
+    if (l.find("registered automatically on its second use") != std::string::npos) {
+      autoRegistered.insert(who);
+      ++autoCount;
+    }
   }
   const bool mapped = mode == sntest::Mode::kThreads || alloc == Alloc::kMemAlloc;
-  if (alloc == Alloc::kRegistered || alloc == Alloc::kMixedRegistered) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizer's malloc is not glibc's: nothing is registered automatically, and the
+  // results (checked by the helper) must still be exact.
+  constexpr bool kGlibcMalloc = false;
+#else
+  constexpr bool kGlibcMalloc = true;
+#endif
+  if (alloc == Alloc::kAuto && !kGlibcMalloc) {
+    EXPECT_TRUE(autoRegistered.empty()) << mp::dump(run);
+  } else if (alloc == Alloc::kAuto) {
+    // Both buffers of both rounds on every rank, and the grown one (at least).
+    EXPECT_EQ(autoRegistered.size(), size_t(n)) << mp::dump(run);
+    EXPECT_GE(autoCount, size_t(5 * n)) << mp::dump(run);
+    EXPECT_EQ(single.size(), size_t(n)) << "every rank should log the single-copy path\n" << mp::dump(run);
+  } else {
+    EXPECT_TRUE(autoRegistered.empty()) << "SNCCL_AUTO_REGISTER=0\n" << mp::dump(run);
+  }
+  if (alloc == Alloc::kAuto) {
+    // Checked above.
+  } else if (alloc == Alloc::kRegistered || alloc == Alloc::kMixedRegistered) {
     // Small registered buffers (below 4 whole pages) stay private and take the rings;
     // the large ones take the single copy.
     EXPECT_EQ(single.size(), size_t(n)) << "every rank should log the single-copy path\n" << mp::dump(run);
@@ -243,7 +320,7 @@ TEST_P(SingleCopy, ExactResultsOnTheExpectedPath) {
 }
 
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
-  static const char* kAlloc[] = {"memalloc", "malloc", "mixed", "registered", "mixed_registered"};
+  static const char* kAlloc[] = {"memalloc", "malloc", "mixed", "registered", "mixed_registered", "auto"};
   return std::string(sntest::modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) +
          "_" + kAlloc[int(std::get<2>(info.param))];
 }
@@ -251,7 +328,8 @@ std::string paramName(const ::testing::TestParamInfo<Param>& info) {
 INSTANTIATE_TEST_SUITE_P(Processes, SingleCopy,
                          ::testing::Combine(::testing::Values(sntest::Mode::kProcesses), ::testing::Values(2, 3, 4),
                                             ::testing::Values(Alloc::kMemAlloc, Alloc::kMalloc, Alloc::kMixed,
-                                                              Alloc::kRegistered, Alloc::kMixedRegistered)),
+                                                              Alloc::kRegistered, Alloc::kMixedRegistered,
+                                                              Alloc::kAuto)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Threads, SingleCopy,
                          ::testing::Values(Param{sntest::Mode::kThreads, 3, Alloc::kMalloc},

@@ -105,8 +105,9 @@ def test_group_timeout_honoured():
 def test_recurring_tensor_registration(register, tmp_path):
     """A tensor all-reduced call after call is registered from its second call on and then
     takes the single-copy AllReduce (the library logs the switch); SNCCL_TORCH_REGISTER=0
-    leaves it on the rings."""
-    env = {"SNCCL_TORCH_REGISTER": register, "SNCCL_TORCH_REGISTER_BYTES": str(1 << 20),
+    leaves it on the rings. The library's own registration of recurring buffers
+    (SNCCL_AUTO_REGISTER) is off, so that only the backend's route is seen."""
+    env = {"SNCCL_TORCH_REGISTER": register, "SNCCL_TORCH_REGISTER_BYTES": str(1 << 20), "SNCCL_AUTO_REGISTER": "0",
            "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL",
            "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%p")}
     codes, results, logs = run_ranks("register_worker.py", 2, timeout=90, env=env)
