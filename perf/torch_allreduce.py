@@ -9,12 +9,12 @@ time is the median over iterations of the slowest rank's time for one all_reduce
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from datetime import timedelta
+
+from torch_launch import run_ranks
 
 
 def parse_size(s):
@@ -71,28 +71,11 @@ def worker(args):
 
 
 def run(backend, world, args):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = f"/tmp/torch_allreduce.{os.getpid()}.json"
     cmd = [args.python, os.path.abspath(__file__), "--worker", "--backend", backend,
            "-b", str(args.minbytes), "-e", str(args.maxbytes), "-f", str(args.factor),
            "-w", str(args.warmup), "-n", str(args.iters), "--out", out]
-    path = os.pathsep.join(p for p in (args.pythonpath, os.environ.get("PYTHONPATH")) if p)
-    procs = [subprocess.Popen(cmd, env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
-                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                                            PYTHONPATH=path))
-             for r in range(world)]
-    rc = 0
-    for p in procs:
-        try:
-            rc |= p.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise SystemExit(f"{backend} np={world}: timed out after {args.timeout} s")
-    if rc:
-        raise SystemExit(f"{backend} np={world}: a rank failed")
+    run_ranks(cmd, world, args.pythonpath, args.timeout, f"{backend} np={world}")
     with open(out) as f:
         rows = json.load(f)
     os.unlink(out)
