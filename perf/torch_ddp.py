@@ -10,7 +10,11 @@ backends (the same seeds, the same sums).
 
     perf/torch_ddp.py                                      # snccl_torch from build/python
     perf/torch_ddp.py --pythonpath build-t2/python --python ~/.cache/snccl/venv-torch2/bin/python
-    perf/torch_ddp.py --backend snccl,snccl:SNCCL_TORCH_REGISTER=0,gloo --rounds 5
+    perf/torch_ddp.py --backend snccl,snccl+avg,snccl:SNCCL_TORCH_REGISTER=0,gloo --rounds 5
+
+A backend spec is a name (snccl, gloo), then optionally +avg (DDP communication hook
+snccl_torch.allreduce_avg_hook: one all_reduce AVG per bucket instead of DDP's division
+followed by a SUM), then :VAR=value settings of the ranks' environment.
 """
 import argparse
 import json
@@ -29,11 +33,12 @@ def worker(args):
     import torch.nn as nn
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    ddp = args.backend != "none"
+    backend, _, hook = args.backend.partition("+")
+    ddp = backend != "none"
     if ddp:
-        if args.backend == "snccl":
-            import snccl_torch  # noqa: F401
-        dist.init_process_group(args.backend, rank=rank, world_size=world, timeout=timedelta(seconds=600))
+        if backend == "snccl":
+            import snccl_torch
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=600))
     torch.manual_seed(0)  # the same initial weights on every rank
     layers = []
     for _ in range(args.layers):
@@ -42,6 +47,8 @@ def worker(args):
     if ddp:
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb,
                                                     gradient_as_bucket_view=bool(args.bucket_view))
+        if hook == "avg":
+            model.register_comm_hook(None, snccl_torch.allreduce_avg_hook)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(1 + rank)  # each rank its own data
     times, loss = [], None
@@ -75,7 +82,7 @@ def worker(args):
 
 
 def run(spec, world, args):
-    """spec: a backend name, optionally with environment settings (snccl:VAR=1:VAR2=0)."""
+    """spec: a backend name, optionally +avg, then environment settings (snccl:VAR=1:VAR2=0)."""
     backend, *settings = spec.split(":")
     out = f"/tmp/torch_ddp.{os.getpid()}.json"
     cmd = [args.python, os.path.abspath(__file__), "--worker", "--backend", backend, "--layers", str(args.layers),
@@ -92,7 +99,7 @@ def run(spec, world, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--backend", default="snccl,gloo",
-                    help="comma list of snccl, gloo, each optionally with :VAR=value settings")
+                    help="comma list of snccl, snccl+avg, gloo, each optionally with :VAR=value settings")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--hidden", type=int, default=1024, help="features per layer (16 x 1024: 64 MiB of gradients)")

@@ -54,6 +54,8 @@ def test_ddp_losses_identical_to_gloo():
         assert len(sn_losses) == 20
         assert sn_losses == gl_losses, f"rank {r}: {sn_losses} vs {gl_losses}"
         assert sn_sum == gl_sum
+        # AVG in one all_reduce equals DDP's divide-then-sum exactly at a world size of 2
+        assert results[r]["snccl_avg_hook"] == results[r]["snccl"], f"rank {r}"
     assert results[0]["snccl"][1] == results[1]["snccl"][1]  # replicas stay identical
 
 
