@@ -12,10 +12,13 @@
 // protocol's last round) would corrupt a result.
 #include <malloc.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -162,7 +165,8 @@ bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, Kind useNccl) {
 // Automatic registration (src/core/auto_register.h) of plain malloc buffers: a buffer
 // passed twice is shared from its second call; freed and allocated again (glibc usually
 // maps it at the same address), it is shared again after the address's back-off (8
-// sightings); grown with realloc, it keeps its bytes.
+// sightings); grown with realloc, it keeps its bytes; a forked child's writes to it reach
+// nobody.
 // Every call's result is checked, and the buffers are written between calls, as a
 // program does. glibc's mmap threshold is fixed, so that every buffer of 160 KiB and up
 // is a mapping of its own (by default freeing one raises the threshold to its size).
@@ -188,6 +192,25 @@ bool autoRegistration(ncclComm_t comm, int rank, int n) {
     for (int call = 0; call < (round == 0 ? 4 : 12); ++call) {
       const bool inPlace = call % 2 == 1;
       if (!check(in, inPlace ? in : out, count, call, round == 0 ? "auto" : "auto, reallocated")) return false;
+    }
+    if (round == 0) {
+      // fork while both buffers are shared: the child's writes must reach neither this
+      // process nor its peers (whose next calls read these buffers).
+      std::fflush(stdout);
+      std::fflush(stderr);
+      const float kept = out[0];
+      const pid_t child = fork();
+      if (child == 0) {
+        std::memset(in, 0x55, count * 4);
+        std::memset(out, 0x55, count * 4);
+        _exit(0);
+      }
+      int status = 0;
+      if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return fail(rank, "the forked child failed");
+      if (out[0] != kept) return fail(rank, "the forked child's write reached the parent");
+      for (int call = 4; call < 8; ++call)
+        if (!check(in, call % 2 == 1 ? in : out, count, call, "auto, after a fork")) return false;
     }
     if (round == 1) {
       // Grown: glibc cannot mremap the split mapping and copies into a new one.
