@@ -175,7 +175,7 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   // before any output is written, so in place (an output is its rank's input) the writes
   // overwrite only what was just read. Outputs that are not their rank's input get
   // streaming stores; in-place ones plain stores, because their lines were just loaded
-  // into the cache (streaming over them made in-place calls 2-3x slower).
+  // into the cache (streaming over them made in-place calls 2-4x slower).
   if (foldOuts_.size() < size_t(n)) foldOuts_.resize(size_t(n));
   foldIns_.resize(size_t(n));
   foldOutBases_.resize(size_t(n));
@@ -241,8 +241,8 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
         op.engine->reduce(tmp, acc, at(foldIns_[size_t(j)], off), len, op.dt, op.op, true, false);
         acc = tmp;
       }
-      op.engine->reduceStream(outsAt(size_t(off)), n, nstream, acc, at(foldIns_[size_t(n - 1)], off), len, op.dt, op.op, true,
-                              true);
+      op.engine->reduceStream(outsAt(size_t(off)), n, nstream, acc, at(foldIns_[size_t(n - 1)], off), len, op.dt,
+                              op.op, true, true);
     }
   }
   // The streaming stores are weakly ordered: make them globally visible before the "done"

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from launch import PYTHON, run_ranks
+from launch import PYTHON, free_port, run_ranks
 
 
 def _ops(world):
@@ -70,6 +70,21 @@ def test_killed_rank_raises_not_hangs():
         assert "snccl" in res["error"], res["error"]
         assert f"rank {world - 1} " in res["error"], res["error"]  # names the dead rank
         assert res["seconds"] < 60, res
+
+
+def test_survivors_recover_from_a_dead_rank():
+    """docs/operations.md's PyTorch recipe: 4 ranks train, one is killed; the survivors get
+    the error naming it, form a new group without it and continue with exact results."""
+    world = 4
+    codes, results, logs = run_ranks("recover_worker.py", world, timeout=150,
+                                     env={"PG_TIMEOUT": "30", "RECOVER_PORT": str(free_port())})
+    for r in range(world - 1):
+        res = results[r]
+        assert codes[r] == 0 and res is not None, f"rank {r}:\n{logs[r][-4000:]}"
+        assert res["error"] and f"rank {world - 1} " in res["error"], res["error"]
+        assert res["steps_before"] == 5 and res["steps_after"] == 5, res
+        print(f"rank {r}: error {res['error_at'] - res['killed_at']:.3f} s after the kill, "
+              f"exact results again {res['resumed_at'] - res['killed_at']:.3f} s after it")
 
 
 def test_bad_library_is_a_clear_error():

@@ -209,8 +209,8 @@ inline void storeLine(void* const* outs, int nout, int nstream, size_t off, cons
 // that way, 2.6-2.8 ms fused, on one core). Each line of a and b is read before
 // any output line at the same place is written, so an output may be a or b exactly.
 template <class Tr, template <class> class Op, bool kFinalize>
-void reduceStreamLoop(void* const* outs, int nout, int nstream, size_t outOffset, const void* a, const void* b, size_t n,
-                      const RedOpSpec& op) {
+void reduceStreamLoop(void* const* outs, int nout, int nstream, size_t outOffset, const void* a, const void* b,
+                      size_t n, const RedOpSpec& op) {
   using VE = typename Tr::VE;
   constexpr size_t kVec = sizeof(VE), kElem = sizeof(typename Tr::Elem), kLineElems = 64 / kElem;
   static_assert(64 % kVec == 0, "whole vectors per line");
