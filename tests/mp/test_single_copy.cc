@@ -171,7 +171,8 @@ bool rangesOfOneBlock(ncclComm_t comm, int rank, int n, Kind useNccl) {
 // program does. glibc's mmap threshold is fixed, so that every buffer of 160 KiB and up
 // is a mapping of its own (by default freeing one raises the threshold to its size).
 bool autoRegistration(ncclComm_t comm, int rank, int n) {
-  if (mallopt(M_MMAP_THRESHOLD, 128 * 1024) != 1) return fail(rank, "mallopt(M_MMAP_THRESHOLD) failed");
+  // A sanitizer's malloc refuses mallopt; nothing is registered then (checked by the test).
+  (void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   const size_t count = 40099;
   auto check = [&](float* x, float* y, size_t cnt, int call, const char* what) {
     for (size_t i = 0; i < cnt; ++i) x[i] = float(call * 2 + rank + int(i % 7));

@@ -48,8 +48,20 @@ class AutoRegister : public ::testing::Test {
 };
 
 #if !defined(__SANITIZE_ADDRESS__)
-// The probe finds glibc's malloc in a plain build (under a sanitizer it must not).
+// The probe finds glibc's malloc in a plain build.
 TEST(AutoRegisterProbe, FindsGlibcsMalloc) { EXPECT_TRUE(glibcMallocInUse()); }
+#else
+// Under AddressSanitizer malloc is the sanitizer's: the probe says so (reading the words in
+// front of its chunk without a report), and nothing is registered.
+TEST(AutoRegisterProbe, RefusesTheSanitizersMalloc) {
+  EXPECT_FALSE(glibcMallocInUse());
+  void* p = std::malloc(kBytes);
+  AutoRegistrations regs(4096);
+  EXPECT_FALSE(regs.offer(p, kBytes));
+  EXPECT_FALSE(regs.offer(p, kBytes));
+  EXPECT_EQ(userpages::find(p, kBytes).ref.ino, 0u);
+  std::free(p);
+}
 #endif
 
 TEST_F(AutoRegister, OnlyGlibcsOwnMappingsQualify) {
