@@ -28,9 +28,10 @@
 // The move happens on the thread that runs the AllReduce, before any peer is told where
 // the buffer is: the op's own buffers are not written by the program during the call (the
 // NCCL contract), and no earlier op of the communicator still uses them. It copies the
-// buffer once (a one-time cost, about as long as one AllReduce of it). When the
-// communicator ends, its registrations are detached, not copied back (user_pages.h:
-// detach), because the program may be freeing those buffers on another thread meanwhile.
+// buffer once, as ncclCommRegister does: a one-time cost of about a dozen AllReduces of
+// it where first-touch page faults are slow (docs/performance.md). When the communicator
+// ends, its registrations are detached, not copied back (user_pages.h: detach), because
+// the program may be freeing those buffers on another thread meanwhile.
 #pragma once
 
 #include <cstddef>
