@@ -10,11 +10,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from datetime import timedelta
 
-from torch_launch import run_ranks
+from torch_launch import add_launch_args, run_ranks
 
 
 def parse_size(s):
@@ -92,13 +91,7 @@ def main():
     ap.add_argument("-w", "--warmup", type=int, default=2)
     ap.add_argument("-n", "--iters", type=int, default=0, help="0: by size (5..100)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--pythonpath", default=os.path.join(repo, "build", "python"),
-                    help="where snccl_torch is built (prepended to PYTHONPATH; default %(default)s)")
-    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3")
-                    else sys.executable, help="interpreter of the ranks (default %(default)s)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    add_launch_args(ap)
     args = ap.parse_args()
     if args.worker:
         return worker(args)

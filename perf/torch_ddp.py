@@ -20,11 +20,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from datetime import timedelta
 
-from torch_launch import run_ranks
+from torch_launch import add_launch_args, run_ranks
 
 
 def worker(args):
@@ -112,13 +111,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="rounds over the backends, interleaved")
     ap.add_argument("--bind", type=int, default=1, help="1: pin rank r to CPU r (when there are enough)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--pythonpath", default=os.path.join(repo, "build", "python"),
-                    help="where snccl_torch is built (prepended to PYTHONPATH; default %(default)s)")
-    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3")
-                    else sys.executable, help="interpreter of the ranks (default %(default)s)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    add_launch_args(ap)
     args = ap.parse_args()
     if args.worker:
         return worker(args)

@@ -2,9 +2,23 @@
 perf/torch_ddp.py): `world` processes of `cmd` with RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT set, `pythonpath` prepended to PYTHONPATH and `extra_env` added; waits for all
 of them and exits with a message when one fails or they run past `timeout` seconds."""
+import argparse
 import os
 import socket
 import subprocess
+import sys
+
+
+def add_launch_args(ap):
+    """The options every such benchmark takes: --pythonpath and --python, and the hidden
+    --worker and --out its ranks are started with."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--pythonpath", default=os.path.join(repo, "build", "python"),
+                    help="where snccl_torch is built (prepended to PYTHONPATH; default %(default)s)")
+    ap.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3")
+                    else sys.executable, help="interpreter of the ranks (default %(default)s)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
 
 
 def free_port():
