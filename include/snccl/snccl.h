@@ -33,6 +33,24 @@ ncclResult_t sncclStreamQuery(sncclStream_t stream);
 /* Waits for queued work, then frees the stream. */
 ncclResult_t sncclStreamDestroy(sncclStream_t stream);
 
+/* Quantized AllReduce of float32 gradients: the data crosses every link as `bits`-bit
+ * integers (8 or 4) with one float32 scale per block of `blockSize` elements (an even
+ * number from 8 to 4096; 0 means 256), about 4x (int8) or 8x (int4) fewer bytes than
+ * ncclAllReduce. Lossy: each element's result differs from the exact sum by at most half a
+ * quantization step of every block it went through (one per rank), but every rank gets
+ * the same bits. op is ncclSum or ncclAvg; datatype ncclFloat32; host memory only.
+ *
+ * residual: NULL, or `count` floats this rank keeps between calls (zeroed before the
+ * first) for error feedback: each call adds back what this rank's quantization lost in
+ * the previous one, so the error summed over many calls stays bounded instead of growing.
+ * Use one residual per (communicator, buffer): it is tied to the count and format.
+ *
+ * It runs as a collective (every rank calls it in the same order as its other
+ * collectives), not inside ncclGroupStart/End. See docs/compression.md. */
+ncclResult_t sncclAllReduceQuantized(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                     ncclRedOp_t op, int bits, size_t blockSize, float* residual, ncclComm_t comm,
+                                     cudaStream_t stream);
+
 /* The snccl version as a string, e.g. "snccl 0.1.0 (NCCL API 2.28.9)". */
 const char* sncclVersionString(void);
 

@@ -1,6 +1,11 @@
 // C API: collectives, point-to-point and groups.
 #include "api/export.h"
+
+#include <algorithm>
+
 #include "core/enqueue.h"
+#include "core/quant_allreduce.h"
+#include "snccl/snccl.h"
 
 using namespace snccl;
 
@@ -89,6 +94,29 @@ SNCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t d
   p.peer = peer;
   p.isSend = false;
   return submit(p, "ncclRecv");
+}
+
+// snccl's own calls have no pncclX profiling alias.
+extern "C" SNCCL_EXPORT ncclResult_t sncclAllReduceQuantized(const void* sendbuff, void* recvbuff, size_t count,
+                                                             ncclDataType_t datatype, ncclRedOp_t op, int bits,
+                                                             size_t blockSize, float* residual, ncclComm_t comm,
+                                                             cudaStream_t stream) {
+  const char* call = "sncclAllReduceQuantized";
+  if (datatype != ncclFloat32)
+    return apiResult(InvalidArgument("datatype %d: only ncclFloat32 is quantized", int(datatype)), call);
+  if (op != ncclSum && op != ncclAvg)
+    return apiResult(InvalidArgument("reduction operation %d: only ncclSum and ncclAvg are quantized", int(op)),
+                     call);
+  QuantAllReduceArgs a;
+  a.send = static_cast<const float*>(sendbuff);
+  a.recv = static_cast<float*>(recvbuff);
+  a.count = count;
+  a.average = op == ncclAvg;
+  a.format.bits = bits;
+  a.format.block = blockSize == 0 ? kernels::quant::kDefaultBlock
+                                  : uint32_t(std::min<size_t>(blockSize, kernels::quant::kMaxBlock + 1));
+  a.residual = residual;
+  return apiResult(quantAllReduce(comm, a, stream), call);
 }
 
 SNCCL_API(ncclResult_t, ncclGroupStart) { return apiResult(groupStart(), "ncclGroupStart"); }

@@ -469,4 +469,13 @@ size_t groupDiscard() {
 
 int groupDepth() { return tGroup.depth; }
 
+Status runP2PNow(std::span<const PendingOp> ops) {
+  if (ops.empty()) return OkStatus();
+  std::vector<const PendingOp*> ptrs;
+  for (const PendingOp& p : ops) ptrs.push_back(&p);
+  std::vector<std::unique_ptr<CommRunner>> runners;
+  SNCCL_TRY(buildRunners(ptrs, &runners));
+  return runOwned(runners);
+}
+
 }  // namespace snccl

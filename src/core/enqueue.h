@@ -8,6 +8,8 @@
 // now on the calling thread; a host stream queues it on the stream's worker.
 #pragma once
 
+#include <span>
+
 #include "collectives/schedule.h"
 #include "common/status.h"
 #include "snccl/nccl.h"
@@ -50,5 +52,9 @@ size_t groupDiscard();
 // bandwidth). The operations are dropped.
 Result<double> groupSimulateEnd();
 int groupDepth();
+// Runs sends and receives of one communicator now, on the calling thread, outside any
+// group the thread has open (for operations built from point-to-point steps, such as the
+// quantized AllReduce). The ops must have been checked (their engine set).
+Status runP2PNow(std::span<const PendingOp> ops);
 
 }  // namespace snccl
