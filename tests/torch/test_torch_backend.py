@@ -139,3 +139,23 @@ def test_recurring_tensor_registration(register, tmp_path):
     else:
         assert results[0]["registered"] == [0] * 8, results[0]
         assert "single copy" not in text, text[-3000:]
+
+
+def test_quantized_hook_trains_like_plain_allreduce():
+    """snccl_torch.quantized_allreduce_hook (docs/compression.md): replicas stay identical
+    (every rank gets the same bits), and with error feedback the model's held-out loss is at
+    most 1% above plain all_reduce's, int8 and int4 alike (lower is trajectory noise, not
+    a failure: torch 2 lands int4 1.4% below)."""
+    world = 3
+    codes, results, logs = run_ranks("quant_worker.py", world, timeout=150)
+    for r in range(world):
+        assert codes[r] == 0 and results[r], f"rank {r}:\n{logs[r][-4000:]}"
+        assert results[r]["direct"] == "ok", f"rank {r}: {results[r]['direct']}"
+    plain = results[0]["plain"][2]
+    for name in ("plain", "int8", "int4", "int4_no_feedback"):
+        crcs = {tuple(results[r][name][1]) for r in range(world)}
+        assert len(crcs) == 1, f"{name}: replicas differ"
+        assert len(results[0][name][0]) == 300
+    for name in ("int8", "int4"):
+        held_out = results[0][name][2]
+        assert held_out < plain * 1.01, f"{name}: held-out loss {held_out} vs plain {plain}"

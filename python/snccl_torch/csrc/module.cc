@@ -54,6 +54,12 @@ PYBIND11_MODULE(_C, m) {
           "the ranks outside a new_group made by splitting).")
       .def("comm_split_count", &ProcessGroupSnccl::splitCount,
            "How many communicator splits this group took part in.")
+      .def("allreduce_quantized", &ProcessGroupSnccl::allreduceQuantized, py::arg("tensor"),
+           py::arg("residual"), py::arg("bits") = 8, py::arg("block_size") = 0, py::arg("average") = true,
+           py::call_guard<py::gil_scoped_release>(),
+           "Quantized all_reduce of a float32 tensor in place (sncclAllReduceQuantized): `bits` 8 "
+           "or 4, `block_size` elements per scale (0: 256), `residual` a float32 tensor of the "
+           "same size kept between calls for error feedback (empty: none). Returns a Work.")
       .def("registered_tensors", &ProcessGroupSnccl::registeredTensors,
            "How many tensor storages this group registered with its communicator "
            "(SNCCL_TORCH_REGISTER).");

@@ -87,6 +87,7 @@ Loaded doLoad() {
             sym(h, "ncclRedOpDestroy", &a.RedOpDestroy, false, e) &&
             sym(h, "ncclCommRegister", &a.CommRegister, false, e) &&
             sym(h, "ncclCommDeregister", &a.CommDeregister, false, e) &&
+            sym(h, "sncclAllReduceQuantized", &a.AllReduceQuantized, false, e) &&
             sym(h, "sncclStreamCreate", &a.StreamCreate, false, e) &&
             sym(h, "sncclStreamSynchronize", &a.StreamSynchronize, false, e) &&
             sym(h, "sncclStreamQuery", &a.StreamQuery, false, e) &&

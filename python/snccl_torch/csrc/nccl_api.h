@@ -68,6 +68,9 @@ struct NcclApi {
   ncclResult_t (*RedOpDestroy)(ncclRedOp_t, ncclComm_t);                  // optional
   ncclResult_t (*CommRegister)(ncclComm_t, void*, size_t, void**);          // optional
   ncclResult_t (*CommDeregister)(ncclComm_t, void*);                       // optional
+  // sncclAllReduceQuantized (include/snccl/snccl.h)                        // optional
+  ncclResult_t (*AllReduceQuantized)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int,
+                                     size_t, float*, ncclComm_t, cudaStream_t);
   // snccl host streams (include/snccl/snccl.h); all four or none.
   ncclResult_t (*StreamCreate)(sncclStream_t*);
   ncclResult_t (*StreamSynchronize)(sncclStream_t);

@@ -127,6 +127,11 @@ class ProcessGroupSnccl : public BackendBase {
       const c10d::ReduceScatterOptions& opts) override;
 #endif
 
+  // sncclAllReduceQuantized of a float32 tensor in place (snccl.h): `bits` 8 or 4, blocks of
+  // `blockSize` elements (0: the library's default), average or sum; `residual` (float32, the
+  // tensor's size, or empty for none) is the caller's error-feedback state.
+  c10::intrusive_ptr<c10d::Work> allreduceQuantized(at::Tensor& tensor, at::Tensor& residual, int64_t bits,
+                                                    int64_t blockSize, bool average);
   // The library in use (path, version) for diagnostics.
   static const NcclApi& api();
 
