@@ -64,7 +64,7 @@ SNCCL_QUANT_INLINE void divideInto(const float* d, size_t n, uint32_t divisor, f
     const float div = float(divisor);
     for (size_t j = 0; j < n; ++j) out[j] = d[j] / div;
   } else {
-    std::memcpy(out, d, n * sizeof(float));
+    for (size_t j = 0; j < n; ++j) out[j] = d[j];
   }
 }
 
@@ -73,19 +73,23 @@ template <int Bits>
 SNCCL_QUANT_INLINE void encodeBlock(const Format& f, size_t n, const float* a, const uint8_t* prevScales,
                                     const uint8_t* prevPayload, float* residual, float* scaleOut, uint8_t* payload,
                                     float* out, uint32_t divisor) {
-  alignas(64) float v[kMaxBlock];
+  // The values to encode: `a` itself, or a + decode(prev) + residual in v. Loops, not
+  // memcpy: a call per block costs more than the copy.
+  alignas(64) float vbuf[kMaxBlock];
   alignas(64) float d[kMaxBlock];
   alignas(64) int32_t q[kMaxBlock];
+  const float* v = a;
   if (prevScales != nullptr) {
     float ps;
     std::memcpy(&ps, prevScales, sizeof ps);
     decodeBlock<Bits>(prevPayload, n, ps, d);
-    for (size_t j = 0; j < n; ++j) v[j] = a[j] + d[j];
-  } else {
-    std::memcpy(v, a, n * sizeof(float));
+    for (size_t j = 0; j < n; ++j) vbuf[j] = a[j] + d[j];
+    v = vbuf;
   }
-  if (residual != nullptr)
-    for (size_t j = 0; j < n; ++j) v[j] += residual[j];
+  if (residual != nullptr) {
+    for (size_t j = 0; j < n; ++j) vbuf[j] = v[j] + residual[j];
+    v = vbuf;
+  }
   uint32_t mag = 0;
   for (size_t j = 0; j < n; ++j) mag = std::max(mag, magBits(v[j]));
   const float qm = float(qmax(f));
