@@ -12,6 +12,7 @@
 #if SNCCL_HAVE_VERBS
 #include "transport/net/ib/ib_net.h"
 #endif
+#include "transport/net/compress/compress_net.h"
 #include "transport/net/socket/socket_net.h"
 
 namespace snccl::net {
@@ -62,6 +63,18 @@ Result<Net*> chooseNet() {
   return SystemError("no network plugin is usable (%s)", tried.c_str());
 }
 
+// The chosen plugin, wrapped in the compressing net when SNCCL_NET_COMPRESS asks for it.
+Result<Net*> chooseAndWrap() {
+  SNCCL_ASSIGN_OR_RETURN(Net * net, chooseNet());
+  SNCCL_ASSIGN_OR_RETURN(compress::CodecConfig cfg,
+                         compress::parseCodec(params::getString(params::Id::NetCompress)));
+  if (cfg.codec == compress::Codec::kRaw) return net;
+  Net* wrapped = compressNet(net, cfg);
+  SN_INFO(log::kNet | log::kInit, "Using network %s: messages compressed with %s where they compress", wrapped->name(),
+          compress::codecName(cfg.codec));
+  return wrapped;
+}
+
 }  // namespace
 
 const char* resultName(int code) {
@@ -83,7 +96,7 @@ Result<Net*> defaultNet() {
   // Chosen once per process; a failure is remembered so every connection reports it.
   static std::once_flag once;
   static Result<Net*> chosen = Status(ncclInternalError, "unset");
-  std::call_once(once, [] { chosen = chooseNet(); });
+  std::call_once(once, [] { chosen = chooseAndWrap(); });
   return chosen;
 }
 

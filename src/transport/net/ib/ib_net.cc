@@ -156,7 +156,8 @@ class IbNet : public Net {
     if (st == nullptr) {
       HandleHead head{};
       if (handle->bytes.size() != kHandleBytes) return InternalError("NET/IB: the peer's listen handle has %zu bytes, "
-                                                                     "not the IB net's %zu (a different net?)",
+                                                                     "not the IB net's %zu (a different net, or "
+                                                                     "SNCCL_NET_COMPRESS not set alike on every rank?)",
                                                                      handle->bytes.size(), kHandleBytes);
       std::memcpy(&head, handle->bytes.data(), sizeof head);
       if (head.magic != kHandleMagic || head.version != kMetaVersion)

@@ -162,7 +162,8 @@ Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const 
   const int timeoutSec = tuning.timeoutSec;
   auto c = std::make_unique<Connector>();
   if (handle.bytes.size() != sockwire::kHandleBytes)
-    return InternalError("NET/Socket: the peer's listen handle has %zu bytes, not the socket net's %zu",
+    return InternalError("NET/Socket: the peer's listen handle has %zu bytes, not the socket net's %zu (is "
+                         "SNCCL_NET_COMPRESS set alike on every rank?)",
                          handle.bytes.size(), sockwire::kHandleBytes);
   std::memcpy(&c->wire_, handle.bytes.data(), sizeof c->wire_);
   const HandleWire& w = c->wire_;
