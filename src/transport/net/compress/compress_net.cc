@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/wait.h"
 #include "transport/net/compress/mode_switch.h"
+#include "transport/net/compress/wire.h"
 
 namespace snccl::net {
 
@@ -21,16 +22,9 @@ namespace {
 using compress::Codec;
 using compress::CodecConfig;
 using compress::Coder;
+using compress::kWireMagic;
+using compress::WireHeader;
 
-// What precedes every message on the wire.
-struct WireHeader {
-  uint32_t magic;
-  uint8_t codec;  // Codec
-  uint8_t pad[3];
-  uint64_t rawBytes;  // the message's size before encoding
-};
-static_assert(sizeof(WireHeader) == 16);
-constexpr uint32_t kMagic = 0x5a434e53;  // "SNCZ"
 // The listen handle's trailer: magic, codec, 3 bytes of padding.
 constexpr size_t kTrailer = 8;
 // Messages below this go raw: the header and a call to the codec cost more than they save.
@@ -159,7 +153,7 @@ class CompressNet final : public Net {
     ListenComm* l = nullptr;
     SNCCL_TRY(inner_->listen(dev, handle, &l));
     unsigned char t[kTrailer] = {};
-    std::memcpy(t, &kMagic, 4);
+    std::memcpy(t, &kWireMagic, 4);
     t[4] = uint8_t(cfg_.codec);
     handle->bytes.insert(handle->bytes.end(), t, t + kTrailer);
     *listenComm = new CListen(l);
@@ -346,7 +340,7 @@ class CompressNet final : public Net {
   Status checkTrailer(const Handle& h) const {
     uint32_t magic = 0;
     if (h.bytes.size() >= kTrailer) std::memcpy(&magic, h.bytes.data() + h.bytes.size() - kTrailer, 4);
-    if (magic != kMagic)
+    if (magic != kWireMagic)
       return InvalidUsage(
           "SNCCL_NET_COMPRESS=%s on this rank, but the receiving rank does not compress: set it "
           "alike on every rank",
@@ -368,7 +362,7 @@ class CompressNet final : public Net {
     Status st;
     Stage* s = c->pool.take(sizeof(WireHeader) + size, &st);
     if (s == nullptr) return st;
-    WireHeader h{kMagic, uint8_t(Codec::kRaw), {}, size};
+    WireHeader h{kWireMagic, uint8_t(Codec::kRaw), {}, size};
     char* payload = s->data.get() + sizeof(WireHeader);
     size_t wire = size;
     if (size >= kMinCompress && c->mode.compress() && c->coder.worthCompressing(data, size)) {
@@ -391,33 +385,9 @@ class CompressNet final : public Net {
   Status decodeAll(CRequest* r, const std::vector<size_t>& got, size_t* sizes) {
     for (size_t i = 0; i < r->slots.size(); ++i) {
       const CRequest::Slot& s = r->slots[i];
-      WireHeader h{};
-      if (got[i] < sizeof h) return RemoteError("NET/compress: a message of %zu bytes has no header", got[i]);
-      std::memcpy(&h, s.stage->data.get(), sizeof h);
-      if (h.magic != kMagic)
-        return InvalidUsage(
-            "NET/compress: a message without the compression header arrived: the sending rank does "
-            "not compress (SNCCL_NET_COMPRESS must be set alike on every rank)");
-      const char* payload = s.stage->data.get() + sizeof h;
-      const size_t n = got[i] - sizeof h;
-      void* dst = s.dst;
-      size_t cap = s.cap;
-      if (r->retarget != nullptr && h.rawBytes == r->retargetSize) {
-        dst = r->retarget;
-        cap = r->retargetSize;
-      }
-      if (h.rawBytes > cap)
-        return InvalidUsage("NET/compress: a message of %llu bytes arrived for a receive of %zu",
-                            (unsigned long long)h.rawBytes, cap);
-      if (h.codec == uint8_t(Codec::kRaw)) {
-        if (n != h.rawBytes)
-          return RemoteError("NET/compress: a raw message of %zu bytes claims %llu", n, (unsigned long long)h.rawBytes);
-        if (n > 0) std::memcpy(dst, payload, n);
-      } else if (!r->recv->coder.decompress(Codec(h.codec), payload, n, dst, size_t(h.rawBytes))) {
-        return RemoteError("NET/compress: a %s message of %zu bytes does not decode to %llu bytes",
-                           compress::codecName(Codec(h.codec)), n, (unsigned long long)h.rawBytes);
-      }
-      if (sizes != nullptr) sizes[i] = size_t(h.rawBytes);
+      compress::DecodeTarget t{s.dst, s.cap, r->retarget, r->retargetSize};
+      SNCCL_ASSIGN_OR_RETURN(size_t raw, compress::decodeMessage(r->recv->coder, s.stage->data.get(), got[i], t));
+      if (sizes != nullptr) sizes[i] = raw;
     }
     return OkStatus();
   }
