@@ -16,8 +16,11 @@
 // calls. A residual belongs to one (communicator, count, format): the same rank always quantizes
 // the same positions.
 //
-// The steps are point-to-point exchanges (enqueue.h: runP2PNow), run one after the other on the
-// calling thread; the encodings live in two scratch blocks of the communicator.
+// The steps are point-to-point exchanges (enqueue.h: runP2PNow). A large call is cut into up to
+// 4 segments, each its own ring over its share of the data, whose steps interleave: a helper
+// thread runs the exchanges in posting order while the calling thread quantizes the next
+// segment's step. The encodings live in one scratch block of the communicator, two per
+// segment.
 #pragma once
 
 #include <cstddef>

@@ -140,8 +140,7 @@ TEST(QuantAllReduceStream, HostStream) {
 // The same inputs every call (a constant gradient): without error feedback each call makes the same
 // error, so the error summed over calls grows linearly; with it the sum telescopes and stays within
 // the last call's residuals (quant_allreduce.h).
-double accumulatedError(ncclComm_t comm, int rank, int n, bool feedback, int calls, bool* ok) {
-  const size_t count = 3001;
+double accumulatedError(ncclComm_t comm, int rank, int n, bool feedback, int calls, bool* ok, size_t count = 3001) {
   std::vector<float> send(count), recv(count), residual(count, 0.0f);
   std::vector<double> acc(count, 0.0), exact(count, 0.0);
   for (size_t i = 0; i < count; ++i) {
@@ -221,6 +220,18 @@ TEST(QuantAllReduceArgs, BadArgumentsLeaveTheCommunicatorUsable) {
            ncclOk(ncclAllReduce(a.data(), b.data(), 1000, ncclFloat32, ncclSum, comm, nullptr), "ncclAllReduce",
                   rank) &&
            b[999] == float(n);
+  });
+}
+
+// Large calls run in segments that overlap one segment's exchange with the next one's
+// quantization (quant_allreduce.cc); every element must still be quantized at the same
+// place each call, or the residuals would not telescope.
+TEST(QuantAllReduceFeedback, BoundedAcrossSegments) {
+  runRanks(Mode::kProcesses, 3, [](ncclComm_t comm, int rank, int n) {
+    bool ok = true;
+    const double with = accumulatedError(comm, rank, n, true, 20, &ok, size_t(3) * 2 * 262144 + 77);
+    EXPECT_LE(with, oneCallBound(n, 4)) << "rank " << rank;
+    return ok && with <= oneCallBound(n, 4);
   });
 }
 
