@@ -301,22 +301,10 @@ class CompressNet final : public Net {
   bool quiescent(const Comm* comm) const override { return inner_->quiescent(innerOf(const_cast<Comm*>(comm))); }
 
   Status closeSend(SendComm* comm, uint32_t abortCode) override {
-    auto* c = static_cast<CSend*>(comm);
-    for (CRequest* r : c->live) delete r;
-    c->live.clear();
-    c->pool.release();
-    Status st = inner_->closeSend(c->inner, abortCode);
-    delete c;
-    return st;
+    return closeWrapped(static_cast<CSend*>(comm), [&](SendComm* in) { return inner_->closeSend(in, abortCode); });
   }
   Status closeRecv(RecvComm* comm, uint32_t abortCode) override {
-    auto* c = static_cast<CRecv*>(comm);
-    for (CRequest* r : c->live) delete r;
-    c->live.clear();
-    c->pool.release();
-    Status st = inner_->closeRecv(c->inner, abortCode);
-    delete c;
-    return st;
+    return closeWrapped(static_cast<CRecv*>(comm), [&](RecvComm* in) { return inner_->closeRecv(in, abortCode); });
   }
   uint32_t peerAbortCode(const Comm* comm) const override {
     return inner_->peerAbortCode(innerOf(const_cast<Comm*>(comm)));
@@ -330,6 +318,18 @@ class CompressNet final : public Net {
   }
 
  private:
+  // Drops the requests the caller will never test, deregisters the staging buffers (before
+  // the inner comm closes), closes the inner comm and frees the wrapper.
+  template <typename C, typename CloseInner>
+  static Status closeWrapped(C* c, CloseInner&& closeInner) {
+    for (CRequest* r : c->live) delete r;
+    c->live.clear();
+    c->pool.release();
+    Status st = closeInner(c->inner);
+    delete c;
+    return st;
+  }
+
   static Comm* innerOf(Comm* c) {
     if (auto* s = dynamic_cast<CSend*>(c)) return s->inner;
     if (auto* r = dynamic_cast<CRecv*>(c)) return r->inner;
