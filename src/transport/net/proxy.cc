@@ -130,15 +130,18 @@ bool Proxy::detachReleased(std::vector<Live>* live, Doorbell& bell) {
   if (gone.empty()) return false;
   live->erase(std::remove_if(live->begin(), live->end(), [](const Live& l) { return l.entry == nullptr; }),
               live->end());
-  // Stop watching their words before the releasing threads learn they may free the
-  // rings (they do so as soon as they see `detached`); close the net side afterwards.
+  // Stop watching their words, and close the net side (a clean close waits briefly for
+  // the peer's goodbye) before the releasing threads learn they may free the rings: a
+  // releaser is a communicator being destroyed, and a process that exits right after it
+  // would otherwise cut connections whose goodbye is still under way, which the kernel
+  // turns into resets the peers report as failures.
   watch(*live, bell);
+  for (auto& e : gone) e->closeNet();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (bool* f : flags) *f = true;
   }
   cv_.notify_all();
-  for (auto& e : gone) e->closeNet();
   return true;
 }
 

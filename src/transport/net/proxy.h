@@ -123,8 +123,10 @@ class Proxy {
 
   // Hands the entry to the proxy thread, starting it if needed.
   void add(std::unique_ptr<ProxyEntry> entry);
-  // Blocks until the proxy no longer touches the entry's ring; the proxy then closes and
-  // deletes the entry on its own. A claim on the entry ends here.
+  // Blocks until the proxy no longer touches the entry's ring and has closed its net side
+  // (a clean close lingers briefly for the peer's goodbye), so the caller may free the ring
+  // and the process may exit; the proxy then deletes the entry. A claim on the entry ends
+  // here.
   void release(ProxyEntry* entry);
   // After ProxyEntry::unclaim() when the entry needs the proxy: wakes the proxy if it
   // sleeps, so that it polls the entry's sockets again (one eventfd write; nothing when
