@@ -106,9 +106,8 @@ int main(int argc, char** argv) {
         break;
       default:
         std::fprintf(stderr,
-                     "usage: %s [-b bytes] [-e bytes] [-f factor] [-n iters] [-r "
-                     "rounds] [-B block] "
-                     "[-I ifname] [-k kinds] [-P normal|sparse|random]\n",
+                     "usage: %s [-b bytes] [-e bytes] [-f factor] [-n iters] [-r rounds] [-B block]\n"
+                     "       [-I ifname] [-k kinds] [-P normal|sparse|random]\n",
                      argv[0]);
         return c == 'h' ? 0 : 2;
     }
@@ -138,8 +137,7 @@ int main(int argc, char** argv) {
   if (ncclResult_t r = ncclCommInitRank(&comm, n, id, rank); r != ncclSuccess) die("ncclCommInitRank", r);
   if (rank == 0)
     std::printf(
-        "# sn_quant_perf: %d ranks, %s inputs, block %zu, %d rounds x %d calls, "
-        "bytes sent counted on %s\n"
+        "# sn_quant_perf: %d ranks, %s inputs, block %zu, %d rounds x %d calls, bytes sent counted on %s\n"
         "# %12s %10s %12s %8s %14s %9s %12s\n",
         n, pattern.c_str(), block, rounds, iters, ifname.empty() ? "(none: -I)" : ifname.c_str(), "size(B)", "kind",
         "time(us)", "speedup", "sent/call(B)", "fewer", "max err");

@@ -38,15 +38,12 @@ Status checkArgs(ncclComm* comm, const QuantAllReduceArgs& a, cudaStream_t strea
   SNCCL_TRY(checkComm(comm));
   if (!quant::validFormat(a.format.bits, a.format.block))
     return InvalidArgument(
-        "quantization to %d bits in blocks of %u: bits must "
-        "be 8 or 4, the block an even "
-        "number of elements from %u to %u",
+        "quantization to %d bits in blocks of %u: bits must be 8 or 4, "
+        "the block an even number of elements from %u to %u",
         a.format.bits, a.format.block, quant::kMinBlock, quant::kMaxBlock);
   if (a.count > (SIZE_MAX / 4) / sizeof(float)) return InvalidArgument("count %zu is too large", a.count);
   if (groupDepth() > 0)
-    return InvalidUsage(
-        "sncclAllReduceQuantized cannot be called between "
-        "ncclGroupStart and ncclGroupEnd");
+    return InvalidUsage("sncclAllReduceQuantized cannot be called between ncclGroupStart and ncclGroupEnd");
   if (stream != nullptr && lookupStream(stream) == nullptr)
     return InvalidUsage("stream %p is not an snccl host stream (sncclStreamCreate)", (void*)stream);
   if (a.count == 0) return OkStatus();
@@ -61,10 +58,7 @@ Status checkArgs(ncclComm* comm, const QuantAllReduceArgs& a, cudaStream_t strea
   const engine::OpBuffer bufs[] = {{"sendbuff", a.send}, {"recvbuff", a.recv}, {"residual", a.residual}};
   SNCCL_ASSIGN_OR_RETURN(const engine::DataEngine* e, engine::opEngine(bufs));
   if (e != &engine::hostEngine())
-    return InvalidArgument(
-        "sncclAllReduceQuantized runs on host memory only; "
-        "a buffer is %s memory",
-        e->name());
+    return InvalidArgument("sncclAllReduceQuantized runs on host memory only; a buffer is %s memory", e->name());
   return OkStatus();
 }
 
