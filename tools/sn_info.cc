@@ -1,14 +1,15 @@
 // sn_info: what this snccl build knows about itself and this host. Lists the parameter
 // registry (every environment variable snccl reads), the transports, the algorithms, the
 // version, the host identity that decides which ranks share a node, the network plugins
-// (with every RDMA device, port and GID table, and the GID the IB net chooses and why),
-// and the topology.
+// (external NCCL plugins and their devices; every RDMA device, port and GID table, and the
+// GID the IB net chooses and why), and the topology.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "collectives/algorithm.h"
 #include "collectives/tuning/selector.h"
@@ -18,6 +19,7 @@
 #include "snccl/snccl.h"
 #include "topology/affinity.h"
 #include "topology/discovery.h"
+#include "transport/net/ext/ext_loader.h"
 #include "transport/net/net.h"
 #include "transport/transport.h"
 #if SNCCL_HAVE_VERBS
@@ -56,10 +58,43 @@ void printTransports() {
   for (const TransportDef& t : transports()) std::printf("%-8s %s\n", t.name, t.help);
 }
 
+// The external NCCL net plugins NCCL_NET_PLUGIN names (or libnccl-net.so): what loaded,
+// which table version, and the devices each reports once initialised.
+void printExternalPlugins() {
+  const std::string& value = params::getString(params::Id::NetPlugin);
+  std::printf("# External network plugins (NCCL_NET_PLUGIN=%s)\n", value.empty() ? "unset: libnccl-net.so" : value.c_str());
+  const std::vector<net::ext::LoadedPlugin>& plugins = net::ext::externalPlugins();
+  if (plugins.empty()) std::printf("none loaded\n");
+  for (const net::ext::LoadedPlugin& p : plugins) {
+    if (p.net == nullptr) {
+      std::printf("%s: %s\n", p.entry.c_str(), p.problem.c_str());
+      continue;
+    }
+    std::printf("%s: %s, ncclNetPlugin_v%d \"%s\"\n", p.entry.c_str(), p.path.c_str(), p.version, p.net->name());
+    Status s = p.net->init();
+    if (!s.ok()) {
+      std::printf("    init failed: %s\n", s.message().c_str());
+      continue;
+    }
+    if (p.net->devices() == 0) std::printf("    no device\n");
+    for (int d = 0; d < p.net->devices(); ++d) {
+      net::Properties props;
+      if (!p.net->getProperties(d, &props).ok()) {
+        std::printf("    dev %d: properties unreadable\n", d);
+        continue;
+      }
+      std::printf("    dev %d: %s port %d, %d Mb/s, PCI %s, max %d grouped receives\n", d, props.name.c_str(),
+                  props.port, props.speedMbps, props.pciPath.empty() ? "(none)" : props.pciPath.c_str(),
+                  props.maxRecvs);
+    }
+  }
+}
+
 // The net plugins, and what the IB net sees: every port of every RDMA device, usable or
 // not, its GID table and the GID chosen (or why none), under the current parameters.
 void printNets() {
-  std::printf("# Network plugins (in order of preference; SNCCL_NET / NCCL_NET picks one)\n");
+  printExternalPlugins();
+  std::printf("# Network plugins (in order of preference, after external ones; SNCCL_NET / NCCL_NET picks one)\n");
   for (const net::NetDef& d : net::netPlugins()) std::printf("%-8s %s\n", d.name, d.help);
 #if SNCCL_HAVE_VERBS
   std::printf("# RDMA devices (IB net)\n");

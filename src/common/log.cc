@@ -53,6 +53,8 @@ struct Context {
 
   std::mutex errMu;
   std::string lastError;
+
+  std::atomic<Sink> sink{nullptr};  // setSink
 };
 
 Context& ctx() {
@@ -150,7 +152,7 @@ int configure(Context& c, std::string& warning, std::string& badLevel) {
   c.epoch = std::chrono::steady_clock::now();
   // NCCL opens the file only above VERSION, so a VERSION-only run never creates it.
   std::string pattern = params::readUncached(params::Id::DebugFile);
-  if (level > kVersion && !pattern.empty()) {
+  if (level > kVersion && !pattern.empty() && c.sink.load(std::memory_order_acquire) == nullptr) {
     std::string path = expandPath(pattern, c.host);
     FILE* f = std::fopen(path.c_str(), "we");  // e: children exec'd later do not inherit it
     if (f != nullptr) {
@@ -217,6 +219,10 @@ void appendTimestamp(std::string& line) {
 // threads or, through a shared file, from other processes) never interleave mid-line.
 void emit(Context& c, Level level, uint64_t subsys, const char* file, int line,
           const std::string& msg) {
+  if (Sink sink = c.sink.load(std::memory_order_acquire); sink != nullptr) {
+    sink(level, subsys, file, line, msg.c_str());
+    return;
+  }
   const int pid = static_cast<int>(getpid());  // not cached: fork() changes it
   const int tid = static_cast<int>(gettid());
   const int dev = threadDevice();
@@ -307,6 +313,8 @@ void setLastError(const std::string& text) {
 }
 
 void setThreadDevice(int dev) { threadDevice() = dev; }
+
+void setSink(Sink sink) { ctx().sink.store(sink, std::memory_order_release); }
 
 void resetForTesting() {
   Context& c = ctx();

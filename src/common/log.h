@@ -54,6 +54,13 @@ void printVersionBanner(const char* text);
 // Device index printed in "[dev]" for lines written by this thread (default 0).
 void setThreadDevice(int dev);
 
+// Hands every line that passes the level and subsystem filters to `sink` instead of
+// writing it (then NCCL_DEBUG_FILE is not opened): a copy of snccl loaded as an NCCL net
+// plugin writes through the logger its host gives it (transport/net/ext/ext_export.h).
+// Set it before anything is logged.
+using Sink = void (*)(Level level, uint64_t subsys, const char* file, int line, const char* text);
+void setSink(Sink sink);
+
 // Bounds how often one kind of WARN is written, so a condition that repeats in a loop (a
 // stranger's connections, a failing accept) cannot flood the log: at most `burst` lines
 // per `period`; the lines beyond that are counted, and the count rides on the next line

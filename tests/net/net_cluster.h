@@ -90,6 +90,12 @@ inline bool joinNetns(const std::string& name) {
   }
   for (const auto& [k, v] : c.env) setenv(k.c_str(), v.c_str(), 1);
   setenv("SNCCL_HOSTID", ("nettest-node-" + std::to_string(node)).c_str(), 1);
+  // The log reads NCCL_DEBUG* once per process: a parent that logged before forking (a
+  // test that drove a net in-process) would hand its rank its own configuration.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
   if (rank == 0) {
     ncclResult_t res = ncclGetUniqueId(&sh->id);
     __atomic_store_n(&sh->idState, res == ncclSuccess ? 1 : 2, __ATOMIC_RELEASE);

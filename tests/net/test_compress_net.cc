@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loop_net.h"
+#include "net_pair.h"
 #include "transport/net/compress/codec.h"
 #include "transport/net/compress/compress_net.h"
 #include "transport/net/compress/mode_switch.h"
@@ -31,56 +32,6 @@ Net* compressed(Codec c) {
   Net*& n = nets[int(c)];
   if (n == nullptr) n = compressNet(loopNet(), CodecConfig{c, 1});
   return n;
-}
-
-struct Pair {
-  SendComm* send = nullptr;
-  RecvComm* recv = nullptr;
-};
-
-// listen on `rx`, connect from `tx` (the same net, or another setting of it), both driven
-// here until both are up, or until connect fails (returned).
-Status connectPair(Net* rx, Net* tx, Pair* p) {
-  Handle h{};
-  ListenComm* l = nullptr;
-  SNCCL_TRY(rx->listen(0, &h, &l));
-  Handle ch = h;
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  Status st;
-  while ((p->send == nullptr || p->recv == nullptr) && Clock::now() < deadline) {
-    if (p->send == nullptr) {
-      st = tx->connect(0, &ch, &p->send);
-      if (!st.ok()) break;
-    }
-    if (p->recv == nullptr) {
-      st = rx->accept(l, &p->recv);
-      if (!st.ok()) break;
-    }
-  }
-  EXPECT_TRUE(rx->closeListen(l).ok());
-  return st;
-}
-
-void closePair(Net* rx, Net* tx, Pair& p) {
-  if (p.recv != nullptr) {
-    EXPECT_TRUE(rx->closeRecv(p.recv, 0).ok());
-  }
-  if (p.send != nullptr) {
-    EXPECT_TRUE(tx->closeSend(p.send, 0).ok());
-  }
-  p = Pair{};
-}
-
-Status wait(Net* net, Request* r, size_t* size = nullptr, uint32_t* imm = nullptr,
-            const std::function<void()>& other = {}) {
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (Clock::now() < deadline) {
-    bool done = false;
-    Status s = net->test(r, &done, size, imm);
-    if (!s.ok() || done) return s;
-    if (other) other();
-  }
-  return RemoteError("request did not complete within 20 s");
 }
 
 std::vector<char> randomBytes(size_t n, uint32_t seed) {

@@ -14,11 +14,13 @@
 
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
+#include "net/net_log.h"
 #include "support/temp_dir.h"
 
 namespace {
 
 using nettest::Cluster;
+using nettest::runLogged;
 using nettest::Outcome;
 using nettest::Shared;
 
@@ -328,31 +330,6 @@ TEST(NetRanks, FailedReceiveLeavesTheOutputAlone) {
   });
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
   EXPECT_NE(std::string(o.reports[1].msg).find("timed out"), std::string::npos) << o.describe();
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs `c` with NCCL_DEBUG=INFO for `subsys` into files of a fresh directory; returns
-// the logs of all ranks, concatenated.
-std::string runLogged(Cluster c, const std::string& subsys, const nettest::Body& body) {
-  sntest::TempDir dir("snccl-netlog");
-  if (dir.path.empty()) {
-    ADD_FAILURE() << "mkdtemp: " << strerror(errno);
-    return "";
-  }
-  c.env.push_back({"NCCL_DEBUG", "INFO"});
-  c.env.push_back({"NCCL_DEBUG_SUBSYS", subsys});
-  c.env.push_back({"NCCL_DEBUG_FILE", dir.path + "/log.%p"});
-  Outcome o = nettest::runCluster(c, body);
-  EXPECT_TRUE(o.allExitedZero()) << o.describe();
-  std::string all;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path)) all += readFile(e.path());
-  return all;
 }
 
 // NCCL_DEBUG=INFO NET names the transport and the net of every connection, and the

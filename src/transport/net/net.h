@@ -59,8 +59,12 @@ struct Properties {
 };
 
 // The prefix the net transport puts in front of each message on a plugin without imm:
-// the 32-bit imm, then padding so that the payload stays 8-byte aligned.
+// the 32-bit imm, then a 32-bit word that keeps the payload 8-byte aligned: 0, or
+// kPrefixGoodbye on the message with no payload that a sender closing in order sends
+// last, so that the receiver can tell the peer's clean close from a loss on a plugin that
+// cannot (Net::peerClosed).
 constexpr size_t kImmPrefixBytes = 8;
+constexpr uint32_t kPrefixGoodbye = 0x45594221;  // "!BYE"
 
 // The listen handle: opaque bytes that travel from receiver to sender (ConnBlob::payload),
 // as many as the plugin needs (ncclNet's are at most 128; a UCX worker address is more):

@@ -73,7 +73,7 @@ void NetEntry::fail(const Status& s) {
     // After the peer's goodbye the failure is the consequence of its clean close (its rank
     // destroyed the communicator while receives for a next operation were posted here): no
     // warning. The ring is still poisoned, so an operation that waits on it fails and says so.
-    if (c != nullptr && net_->peerClosed(c))
+    if (peerClosedInOrder(c))
       SN_INFO(log::kNet, "NET : %s: the peer closed the connection: %s", info_.what.c_str(), s.message().c_str());
     else
       SN_WARN("NET : %s: connection %s: %s", info_.what.c_str(), state_ == State::kSetup ? "setup failed" : "failed",
@@ -217,8 +217,9 @@ bool SendEntry::wireMessage(const ConnFifoEntry& e, void** data, size_t* bytes, 
     return false;
   }
   if (prefixImm_) {
-    uint32_t imm = signatureDigest(e.sig);
-    std::memcpy(to, &imm, sizeof imm);
+    const uint32_t prefix[2] = {signatureDigest(e.sig), 0};
+    static_assert(sizeof prefix == kImmPrefixBytes);
+    std::memcpy(to, prefix, sizeof prefix);
     to += kImmPrefixBytes;
   }
   if (to != from) std::memcpy(to, from, e.bytes);
@@ -263,12 +264,39 @@ bool SendEntry::detachReady() {
   // Messages the executor posted must leave before the ring is freed: a destroyed
   // communicator still owes its peers the data of its last operation.
   uint64_t tail = protocol_.tail(std::memory_order_acquire);
-  if (posted_ == tail && inflight_.empty()) return true;
+  bool delivered = posted_ == tail && inflight_.empty();
+  if (delivered && goodbyeDone()) return true;
   if (Clock::now() < closeDeadline_) return false;
+  if (delivered) return true;  // only the goodbye is left: the peer will see a loss instead
   SN_WARN("NET : %s: closing with %llu message(s) undelivered after %d s (SNCCL_TIMEOUT)", info_.what.c_str(),
           (unsigned long long)(tail - done_), info_.timeoutSec);
   abortCode_ = encodePoison(ncclRemoteError, info_.rank);
   return true;
+}
+
+bool SendEntry::goodbyeDone() {
+  if (!prefixImm_ || state_ != State::kActive || abortCode_ != 0) return true;
+  if (!goodbyePosted_) {
+    // It needs a receive posted at the peer, which comes once the peer consumed our last
+    // messages: a live peer does that at once, so the wait is short, and bounded in case
+    // the peer is stuck (then it sees a loss instead).
+    if (goodbyeGiveUp_ == Clock::time_point{}) goodbyeGiveUp_ = std::min(closeDeadline_, Clock::now() + kGoodbyeWait);
+    // Every message before it completed, so its wire slot is free.
+    char* w = wireSlot(posted_);
+    const uint32_t prefix[2] = {0, kPrefixGoodbye};
+    std::memcpy(w, prefix, sizeof prefix);
+    Status s = net_->isend(comm_, w, kImmPrefixBytes, 0, 0, mrs_.ring(), &goodbye_);
+    if (!s.ok()) return true;
+    if (goodbye_ == nullptr) return Clock::now() >= goodbyeGiveUp_;
+    goodbyePosted_ = true;
+  }
+  if (goodbye_ == nullptr) return true;
+  bool done = false;
+  size_t size = 0;
+  uint32_t imm = 0;
+  Status s = net_->test(goodbye_, &done, &size, &imm);
+  if (!s.ok() || done) goodbye_ = nullptr;  // either way the request is gone (Net::test)
+  return goodbye_ == nullptr;
 }
 
 void SendEntry::closeComm(uint32_t abortCode) {
@@ -311,7 +339,13 @@ bool RecvEntry::progress() {
     if (t == Oldest::kPending) break;
     // A moved receive lands at its target only with exactly the planned size (retargetRecv).
     const char* at = f.at != nullptr && size == f.atBytes ? f.at : nullptr;
-    if (prefixImm_ && !unwrapPrefix(&size, &imm, &at)) return true;
+    bool goodbye = false;
+    if (prefixImm_ && !unwrapPrefix(&size, &imm, &at, &goodbye)) return true;
+    if (goodbye) {
+      // Nothing follows it: the receives still posted fail when the peer closes.
+      peerSaidGoodbye_ = true;
+      continue;
+    }
     protocol_.post(done_, uint32_t(size), signatureFromDigest(imm), at != nullptr ? kAtPointer : kInSlot, at);
     ++done_;
     moved = true;
@@ -382,7 +416,7 @@ bool RecvEntry::retarget() {
   return moved;
 }
 
-bool RecvEntry::unwrapPrefix(size_t* size, uint32_t* imm, const char** at) {
+bool RecvEntry::unwrapPrefix(size_t* size, uint32_t* imm, const char** at, bool* goodbye) {
   if (*size < kImmPrefixBytes) {
     fail(InternalError("a %zu-byte message is shorter than its %zu-byte imm prefix (the peer uses another net "
                        "plugin?)",
@@ -390,7 +424,10 @@ bool RecvEntry::unwrapPrefix(size_t* size, uint32_t* imm, const char** at) {
     return false;
   }
   const char* w = wireSlot(done_);
-  std::memcpy(imm, w, sizeof *imm);
+  uint32_t prefix[2];
+  std::memcpy(prefix, w, sizeof prefix);
+  *imm = prefix[0];
+  *goodbye = prefix[1] == kPrefixGoodbye && *size == kImmPrefixBytes;
   *at = w + kImmPrefixBytes;
   *size -= kImmPrefixBytes;
   return true;

@@ -166,6 +166,8 @@ class NetEntry : public ProxyEntry {
   Oldest testOldest(size_t* size, uint32_t* imm);
   // True when no delivered message waits for the executor (always, on the send side).
   virtual bool ringDrained() const { return true; }
+  // True once the peer closed in order (Net::peerClosed, or its goodbye on a net without imm).
+  virtual bool peerClosedInOrder(Comm* c) const { return c != nullptr && net_->peerClosed(c); }
   // Applies a deferred poison once the ring drained; true when it did.
   bool settleDeferredPoison();
   // Once the comm exists: registers the ring's slots with it (false: that failed, and
@@ -224,8 +226,16 @@ class SendEntry : public NetEntry {
   // Where the plugin sends message e (posted_) from, its size on the wire and its
   // MemHandle; false when it cannot be sent (fail() reported why).
   bool wireMessage(const ConnFifoEntry& e, void** data, size_t* bytes, MemHandle** mh);
+  // Without imm, once everything posted was delivered on a clean close: sends the goodbye
+  // (kPrefixGoodbye) once the receiver has a receive posted for it (waiting at most
+  // kGoodbyeWait), and waits for it to leave. True when there is nothing (more) to do.
+  bool goodbyeDone();
 
   Handle handle_;
+  Request* goodbye_ = nullptr;  // the goodbye in flight
+  bool goodbyePosted_ = false;
+  std::chrono::steady_clock::time_point goodbyeGiveUp_{};  // no credit for it by then: no goodbye
+  static constexpr std::chrono::seconds kGoodbyeWait{2};
   SendComm* comm_ = nullptr;
   uint64_t copied_ = 0;  // posted_ + 1 of a postAt message already copied into its slot
 };
@@ -246,6 +256,7 @@ class RecvEntry : public NetEntry {
   Comm* setupComm() const override { return listen_; }
   void closeComm(uint32_t abortCode) override;
   bool ringDrained() const override { return protocol_.head(std::memory_order_acquire) >= done_; }
+  bool peerClosedInOrder(Comm* c) const override { return peerSaidGoodbye_ || NetEntry::peerClosedInOrder(c); }
 
  private:
   // Moves receives posted before the current plan to their targets where the net still
@@ -255,13 +266,14 @@ class RecvEntry : public NetEntry {
   // which fail() reports through the ring).
   bool postReceives();
   // Without imm: takes the prefix off the message that just arrived in its wire slot
-  // (false: it has none; fail() reported it).
-  bool unwrapPrefix(size_t* size, uint32_t* imm, const char** at);
+  // (false: it has none; fail() reported it). *goodbye: it is the peer's goodbye.
+  bool unwrapPrefix(size_t* size, uint32_t* imm, const char** at, bool* goodbye);
   // Net::retargetRecv, for memory the plugin can receive into.
   bool retargetTo(Request* r, const char* target, uint32_t bytes);
 
   ListenComm* listen_;
   uint64_t planSeen_ = 0;  // the RecvPlan::version() retarget() last looked at
+  bool peerSaidGoodbye_ = false;  // without imm: the peer's goodbye arrived (kPrefixGoodbye)
   RecvComm* comm_ = nullptr;
 };
 

@@ -2,7 +2,6 @@
 #include <strings.h>
 
 #include <mutex>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "transport/net/ib/ib_net.h"
 #endif
 #include "transport/net/compress/compress_net.h"
+#include "transport/net/ext/ext_loader.h"
 #include "transport/net/socket/socket_net.h"
 
 namespace snccl::net {
@@ -27,37 +27,56 @@ const NetDef kNets[] = {
     {"Socket", "TCP sockets: a control socket plus several data streams per connection", socketNet},
 };
 
-// The table, then a test binary's plugins (net.h testNetPlugins).
-std::vector<NetDef> allNets() {
-  std::vector<NetDef> all(std::begin(kNets), std::end(kNets));
-  if (testNetPlugins != nullptr) {
-    std::span<const NetDef> extra = testNetPlugins();
-    all.insert(all.end(), extra.begin(), extra.end());
-  }
+// A net the choice may take: an external plugin's (ext_loader.h), the table's, or a test
+// binary's (net.h testNetPlugins).
+struct Candidate {
+  std::string name;
+  Net* (*instance)() = nullptr;  // the table's and tests' nets
+  Net* external = nullptr;       // an external plugin's
+  std::string from;              // for an external plugin: its NCCL_NET_PLUGIN entry
+  Net* get() const { return external != nullptr ? external : instance(); }
+};
+
+// In order of preference: the external plugins that loaded (as NCCL prefers them to its
+// own), the table, then a test binary's plugins.
+std::vector<Candidate> candidates() {
+  std::vector<Candidate> all;
+  for (const ext::LoadedPlugin& p : ext::externalPlugins())
+    if (p.net != nullptr) all.push_back({p.net->name(), nullptr, p.net.get(), p.entry});
+  for (const NetDef& d : kNets) all.push_back({d.name, d.instance, nullptr, ""});
+  if (testNetPlugins != nullptr)
+    for (const NetDef& d : testNetPlugins()) all.push_back({d.name, d.instance, nullptr, ""});
   return all;
 }
 
 Result<Net*> chooseNet() {
   const std::string& want = params::getString(params::Id::Net);
-  const std::vector<NetDef> nets = allNets();
+  const std::vector<Candidate> nets = candidates();
   std::string tried;
-  for (const NetDef& d : nets) {
-    if (!want.empty() && strcasecmp(want.c_str(), d.name) != 0) continue;
-    Net* net = d.instance();
+  for (const Candidate& c : nets) {
+    if (!want.empty() && strcasecmp(want.c_str(), c.name.c_str()) != 0) continue;
+    Net* net = c.get();
     Status s = net->init();
     if (s.ok() && net->devices() > 0) {
-      SN_INFO(log::kNet | log::kInit, "Using network %s", d.name);
+      SN_INFO(log::kNet | log::kInit, "Using network %s%s%s", c.name.c_str(),
+              c.from.empty() ? "" : " from the external plugin ", c.from.c_str());
       return net;
     }
-    // A parameter the user got wrong is an error even when the plugin was not asked for
-    // by name: falling back to another network would hide it.
-    if (s.code() == ncclInvalidArgument) return s;
-    tried += std::string(tried.empty() ? "" : "; ") + d.name + ": " +
-             (s.ok() ? std::string("no device") : s.message());
+    std::string why = s.ok() ? std::string("no device") : s.message();
+    // A plugin someone else wrote that fails is skipped, as NCCL skips it. A parameter
+    // the user got wrong for one of snccl's own nets is an error even when that net was
+    // not asked for by name: falling back to another network would hide it.
+    if (!c.from.empty()) {
+      SN_INFO(log::kNet | log::kInit, "NET/Plugin: %s (\"%s\"): %s; skipped", c.from.c_str(), c.name.c_str(),
+              why.c_str());
+    } else if (s.code() == ncclInvalidArgument) {
+      return s;
+    }
+    tried += (tried.empty() ? "" : "; ") + c.name + ": " + why;
   }
   if (!want.empty() && tried.empty()) {
     std::string names;
-    for (const NetDef& d : nets) names += std::string(names.empty() ? "" : ", ") + d.name;
+    for (const Candidate& c : nets) names += (names.empty() ? "" : ", ") + c.name;
     return InvalidArgument("SNCCL_NET=%s names no network plugin (available: %s)", want.c_str(), names.c_str());
   }
   return SystemError("no network plugin is usable (%s)", tried.c_str());
