@@ -72,6 +72,12 @@ ip -n "$B" addr add 10.77.0.2/24 dev "$IFB"
 for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
 ip -n "$A" link set "$IFA" up
 ip -n "$B" link set "$IFB" up
+# The carrier comes up asynchronously (the kernel's link watch, up to a second): wait for it,
+# since some programs (UCX) skip interfaces that are not running yet.
+for i in $(seq 100); do
+  ip -n "$A" -br link show dev "$IFA" | grep -q ' UP ' && ip -n "$B" -br link show dev "$IFB" | grep -q ' UP ' && break
+  sleep 0.05
+done
 if [ -n "$cc" ]; then
   for ns in "$A" "$B"; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc"; done
 fi

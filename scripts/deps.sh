@@ -9,6 +9,7 @@ OPTIONAL=(libhwloc-dev openmpi-bin libopenmpi-dev)
 OPTIONAL+=(iperf3)  # perf/compare --cases netns: the TCP path's reference throughput
 OPTIONAL+=(libibverbs-dev)  # rdma-core headers: the IB net (without them it is not built)
 OPTIONAL+=(liblz4-dev libzstd-dev)  # the compressing net's codecs (SNCCL_NET_COMPRESS)
+OPTIONAL+=(libucx-dev ucx-utils)  # UCX headers: the UCX net; ucx_perftest: its reference in perf/
 OPTIONAL+=(python3-torch libtorch-dev pybind11-dev python3-pytest)  # the PyTorch backend, its tests
 OPTIONAL+=(python3-venv python3-dev)  # the backend against torch 2.x from PyPI (torch2_venv)
 # clang and its runtimes (libFuzzer; only recommended by clang, and recommends are not

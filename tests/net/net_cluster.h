@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,11 +73,17 @@ inline void report(Shared* sh, int rank, int code, const std::string& msg) {
   std::snprintf(r.msg, sizeof r.msg, "%s", msg.c_str());
 }
 
+// Enters the namespace as `ip netns exec` does, with /sys remounted in a mount namespace
+// of the rank's own, so that what reads /sys/class/net (UCX's device list) sees the
+// namespace's interfaces and not the host's. Remounting is best effort.
 inline bool joinNetns(const std::string& name) {
   int fd = open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   bool ok = setns(fd, CLONE_NEWNET) == 0;
   close(fd);
+  if (ok && unshare(CLONE_NEWNS) == 0 && mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+      umount2("/sys", MNT_DETACH) == 0)
+    (void)mount(name.c_str(), "/sys", "sysfs", 0, nullptr);
   return ok;
 }
 

@@ -14,6 +14,9 @@
 #include "transport/net/compress/compress_net.h"
 #include "transport/net/ext/ext_loader.h"
 #include "transport/net/socket/socket_net.h"
+#if SNCCL_HAVE_UCX
+#include "transport/net/ucx/ucx_net.h"
+#endif
 
 namespace snccl::net {
 
@@ -25,6 +28,11 @@ const NetDef kNets[] = {
     {"IB", "RDMA verbs (InfiniBand, RoCE) through libibverbs.so.1: RC queue pairs, receiver-granted credits", ibNet},
 #endif
     {"Socket", "TCP sockets: a control socket plus several data streams per connection", socketNet},
+#if SNCCL_HAVE_UCX
+    // Last: it is used only when asked for by name (SNCCL_NET=UCX), never instead of Socket.
+    {"UCX", "UCX (libucp.so.0): the transports UCX picks (UCX_TLS), tagged messages after receiver-granted credits",
+     ucxNet},
+#endif
 };
 
 // A net the choice may take: an external plugin's (ext_loader.h), the table's, or a test

@@ -1,0 +1,629 @@
+// The UCX net (ucx_net.h).
+#include "transport/net/ucx/ucx_net.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "common/log.h"
+#include "transport/net/ucx/ucx_api.h"
+
+namespace snccl::net {
+
+namespace {
+
+using ucx::Ucp;
+
+enum AmId : unsigned { kAmHello = 1, kAmCts = 2, kAmBye = 3 };
+
+constexpr uint32_t kHandleMagic = 0x55435831;  // "UCX1"
+constexpr uint16_t kHandleVersion = 1;
+
+struct HandleHead {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t nonce;
+  uint32_t addrBytes;  // the receiver's worker address follows
+  uint32_t reserved2;
+};
+
+// Tags of data messages: seq in the low 24 bits (at most kMaxSteps messages are ever
+// outstanding on a comm, so they never collide), the imm above them, a marker on top.
+constexpr uint64_t kDataMarker = uint64_t(0xD5) << 56;
+constexpr uint64_t kSeqBits = 24;
+constexpr uint64_t kSeqMask = (uint64_t(1) << kSeqBits) - 1;
+constexpr ucp_tag_t kMatchMask = (uint64_t(0xFF) << 56) | kSeqMask;
+ucp_tag_t dataTag(uint64_t seq, uint32_t imm) { return kDataMarker | (uint64_t(imm) << kSeqBits) | (seq & kSeqMask); }
+uint32_t tagImm(ucp_tag_t tag) { return uint32_t(tag >> kSeqBits); }
+
+// A control message in flight: its header must stay valid until UCX completes the send.
+struct CtrlSend {
+  uint64_t words[2] = {};
+  std::vector<char> data;
+  void* req = nullptr;  // null once complete
+};
+
+class Endpoint;
+
+class UcxRequest final : public Request {
+ public:
+  Endpoint* end = nullptr;
+  void* ucp = nullptr;  // the UCP request; null when it completed at once
+  bool recv = false;
+  size_t size = 0;
+  ucp_tag_recv_info_t info{};
+};
+
+// One end of a connection (or a listener waiting for its sender): a worker, the endpoint
+// to the peer, and what the active-message handlers learnt.
+class Endpoint {
+ public:
+  explicit Endpoint(const Ucp* u) : u_(u) {}
+  ~Endpoint() {
+    destroy(false, std::chrono::milliseconds(100));
+    if (wakeFd >= 0) ::close(wakeFd);
+  }
+
+  Status createWorker(ucp_context_h ctx) {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one thread at a time, not always the same
+    SNCCL_TRY(check(u_->workerCreate(ctx, &wp, &worker), "ucp_worker_create"));
+    for (unsigned id : {kAmHello, kAmCts, kAmBye}) SNCCL_TRY(setHandler(id));
+    return OkStatus();
+  }
+
+  Status connectTo(const void* address) {
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = static_cast<const ucp_address_t*>(address);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = onError;
+    ep.err_handler.arg = this;
+    return check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create");
+  }
+
+  Status workerAddress(std::vector<unsigned char>* out) {
+    ucp_address_t* a = nullptr;
+    size_t n = 0;
+    SNCCL_TRY(check(u_->workerGetAddress(worker, &a, &n), "ucp_worker_get_address"));
+    out->assign(reinterpret_cast<unsigned char*>(a), reinterpret_cast<unsigned char*>(a) + n);
+    u_->workerReleaseAddress(worker, a);
+    return OkStatus();
+  }
+
+  // An active message of two 64-bit words (and optional data) to the peer.
+  Status sendCtrl(unsigned id, uint64_t a, uint64_t b, const void* data = nullptr, size_t bytes = 0) {
+    CtrlSend& c = ctrl_.emplace_back();
+    c.words[0] = a;
+    c.words[1] = b;
+    if (bytes > 0) c.data.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    ucs_status_ptr_t s =
+        u_->amSendNbx(ep, id, c.words, sizeof c.words, c.data.empty() ? nullptr : c.data.data(), c.data.size(), &p);
+    if (UCS_PTR_IS_ERR(s)) {
+      ctrl_.pop_back();
+      return failure("sending a control message", UCS_PTR_STATUS(s));
+    }
+    c.req = s;
+    reapCtrl();
+    return OkStatus();
+  }
+
+  void progress() {
+    u_->workerProgress(worker);
+    reapCtrl();
+  }
+  // Every control message sent so far has left.
+  bool ctrlIdle() const { return ctrl_.empty(); }
+
+  // The comm's state as an error: a failed endpoint, or (receivers) the peer's goodbye.
+  Status health() const {
+    if (error != UCS_OK) return failure("the connection", error);
+    return OkStatus();
+  }
+
+  Status failure(const char* what, ucs_status_t s) const {
+    return RemoteError("NET/UCX : %s failed: %s%s", what, u_->statusString(s),
+                       abortCode != 0 ? " (the peer aborted)" : "");
+  }
+
+  // Closes the endpoint and destroys the worker, cancelling what is still posted. With
+  // `flush`, what was sent (the goodbye included) first reaches the peer, for at most
+  // `wait`; without, only the goodbye is given a moment to leave. The close itself never
+  // waits for the peer.
+  void destroy(bool flush, std::chrono::milliseconds wait) {
+    for (UcxRequest* r : live) {
+      if (r->ucp != nullptr) {
+        u_->requestCancel(worker, r->ucp);
+        u_->requestFree(r->ucp);
+      }
+      delete r;
+    }
+    live.clear();
+    if (ep != nullptr) {
+      ucp_request_param_t p{};
+      if (flush) {
+        waitFor(u_->epFlushNbx(ep, &p), wait);
+      } else {
+        waitCtrl(std::chrono::milliseconds(100));  // the goodbye leaves, if it can at once
+      }
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      waitFor(u_->epCloseNbx(ep, &p), wait);
+      ep = nullptr;
+    }
+    for (CtrlSend& c : ctrl_)
+      if (c.req != nullptr) {
+        u_->requestCancel(worker, c.req);
+        u_->requestFree(c.req);
+      }
+    ctrl_.clear();
+    if (worker != nullptr) {
+      // Cancelled requests return to UCX's pool once progress completes them.
+      for (int i = 0; i < 1000 && u_->workerProgress(worker) != 0; ++i) {
+      }
+      u_->workerDestroy(worker);
+      worker = nullptr;
+    }
+  }
+
+  // Handlers' arguments stay valid: an Endpoint never moves (comms hold it by pointer).
+  Status setHandler(unsigned id) {
+    ucp_am_handler_param_t h{};
+    h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                   UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    h.id = id;
+    h.cb = id == kAmHello ? onHello : id == kAmCts ? onCts : onBye;
+    h.arg = this;
+    h.flags = UCP_AM_FLAG_WHOLE_MSG;
+    return check(u_->workerSetAmRecvHandler(worker, &h), "ucp_worker_set_am_recv_handler");
+  }
+
+  Status check(ucs_status_t s, const char* call) const {
+    if (s == UCS_OK) return OkStatus();
+    return SystemError("NET/UCX : %s: %s", call, u_->statusString(s));
+  }
+
+  const Ucp* u_;
+  ucp_worker_h worker = nullptr;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t error = UCS_OK;
+  uint64_t nonce = 0;
+  // What the handlers learnt.
+  bool helloArrived = false;
+  std::vector<unsigned char> helloAddress;
+  std::deque<std::pair<uint64_t, uint64_t>> credits;  // (seq, bytes) the receiver posted
+  bool bye = false;
+  uint32_t abortCode = 0;
+  // Sequence numbers: messages sent (sender) or receives posted (receiver).
+  uint64_t seq = 0;
+  std::unordered_set<UcxRequest*> live;  // requests not yet completed, freed on close
+  int fd = -1;                           // the worker's event descriptor (-1: not known yet)
+  int wakeFd = -1;                       // an eventfd pollFds signals when sleeping is wrong
+
+ private:
+  void waitFor(ucs_status_ptr_t s, std::chrono::milliseconds wait) {
+    if (!UCS_PTR_IS_PTR(s)) return;
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (u_->requestCheckStatus(s) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
+      u_->workerProgress(worker);
+    if (u_->requestCheckStatus(s) == UCS_INPROGRESS) u_->requestCancel(worker, s);
+    u_->requestFree(s);
+  }
+
+  // Progresses the worker until every control message (the goodbye last) has left.
+  void waitCtrl(std::chrono::milliseconds wait) {
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    reapCtrl();
+    while (!ctrl_.empty() && std::chrono::steady_clock::now() < deadline) progress();
+  }
+
+  void reapCtrl() {
+    for (CtrlSend& c : ctrl_)
+      if (c.req != nullptr && u_->requestCheckStatus(c.req) != UCS_INPROGRESS) {
+        u_->requestFree(c.req);
+        c.req = nullptr;
+      }
+    while (!ctrl_.empty() && ctrl_.front().req == nullptr) ctrl_.pop_front();
+  }
+
+  static void onError(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* e = static_cast<Endpoint*>(arg);
+    if (e->error == UCS_OK) e->error = status;
+  }
+
+  static void words(const void* header, size_t bytes, uint64_t out[2]) {
+    out[0] = out[1] = 0;
+    std::memcpy(out, header, std::min(bytes, 2 * sizeof(uint64_t)));
+  }
+  // HELLO (nonce, 0) with the sender's worker address as data; one whose nonce is not
+  // the handle's is a stranger's and is ignored.
+  static ucs_status_t onHello(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
+                              const ucp_am_recv_param_t*) {
+    auto* e = static_cast<Endpoint*>(arg);
+    uint64_t w[2];
+    words(header, headerBytes, w);
+    if (!e->helloArrived && w[0] == e->nonce && data != nullptr && bytes > 0) {
+      e->helloArrived = true;
+      e->helloAddress.assign(static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + bytes);
+    }
+    return UCS_OK;
+  }
+  // CTS (seq, bytes): a receive is posted.
+  static ucs_status_t onCts(void* arg, const void* header, size_t headerBytes, void*, size_t,
+                            const ucp_am_recv_param_t*) {
+    uint64_t w[2];
+    words(header, headerBytes, w);
+    static_cast<Endpoint*>(arg)->credits.emplace_back(w[0], w[1]);
+    return UCS_OK;
+  }
+  // BYE (abort code, 0): the peer closes, in order when the code is 0.
+  static ucs_status_t onBye(void* arg, const void* header, size_t headerBytes, void*, size_t,
+                            const ucp_am_recv_param_t*) {
+    auto* e = static_cast<Endpoint*>(arg);
+    uint64_t w[2];
+    words(header, headerBytes, w);
+    e->bye = true;
+    e->abortCode = uint32_t(w[0]);
+    return UCS_OK;
+  }
+
+  std::deque<CtrlSend> ctrl_;  // deque: elements never move, so headers stay put
+};
+
+class UListen final : public ListenComm {
+ public:
+  std::unique_ptr<Endpoint> end;
+};
+class USend final : public SendComm {
+ public:
+  std::unique_ptr<Endpoint> end;
+};
+class URecv final : public RecvComm {
+ public:
+  std::unique_ptr<Endpoint> end;
+};
+
+Endpoint* endOf(const Comm* c) {
+  if (auto* s = dynamic_cast<const USend*>(c)) return s->end.get();
+  if (auto* r = dynamic_cast<const URecv*>(c)) return r->end.get();
+  if (auto* l = dynamic_cast<const UListen*>(c)) return l->end.get();
+  return nullptr;
+}
+
+class UcxNet final : public Net {
+ public:
+  const char* name() const override { return "UCX"; }
+
+  Status init() override {
+    std::call_once(once_, [this] { initStatus_ = doInit(); });
+    return initStatus_;
+  }
+  int devices() const override { return initStatus_.ok() && ctx_ != nullptr ? 1 : 0; }
+
+  Status getProperties(int dev, Properties* p) const override {
+    if (dev != 0) return InvalidArgument("NET/UCX : no device %d", dev);
+    *p = Properties{};
+    const char* devs = std::getenv("UCX_NET_DEVICES");
+    p->name = devs != nullptr && *devs != '\0' ? devs : "ucx";
+    p->ptrSupport = kPtrHost;
+    p->speedMbps = 10000;  // UCX does not say; as the socket net assumes for virtual links
+    p->maxComms = 65536;
+    p->maxRecvs = 1;
+    p->maxP2pBytes = size_t(1) << 31;
+    p->imm = true;
+    return OkStatus();
+  }
+
+  Status listen(int, Handle* handle, ListenComm** listenComm) override {
+    auto l = std::make_unique<UListen>();
+    l->end = std::make_unique<Endpoint>(u_);
+    SNCCL_TRY(l->end->createWorker(ctx_));
+    l->end->nonce = nextNonce();
+    std::vector<unsigned char> addr;
+    SNCCL_TRY(l->end->workerAddress(&addr));
+    HandleHead head{kHandleMagic, kHandleVersion, 0, l->end->nonce, uint32_t(addr.size()), 0};
+    handle->bytes.resize(sizeof head + addr.size());
+    std::memcpy(handle->bytes.data(), &head, sizeof head);
+    std::memcpy(handle->bytes.data() + sizeof head, addr.data(), addr.size());
+    *listenComm = l.release();
+    return OkStatus();
+  }
+
+  // The first call creates the worker and the endpoint and sends the HELLO; the comm is
+  // returned once the HELLO has left (UCX connects its transports on the way), so a
+  // caller that then waits for the receiver's credit knows the path works.
+  Status connect(int, Handle* handle, SendComm** sendComm) override {
+    *sendComm = nullptr;
+    std::unique_ptr<USend> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = connecting_.find(handle);
+      if (it != connecting_.end()) {
+        pending = std::move(it->second);
+        connecting_.erase(it);
+      }
+    }
+    if (pending == nullptr) {
+      SNCCL_ASSIGN_OR_RETURN(pending, startConnect(*handle));
+    }
+    pending->end->progress();
+    SNCCL_TRY(pending->end->health());
+    if (!pending->end->ctrlIdle()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      connecting_[handle] = std::move(pending);
+      return OkStatus();
+    }
+    *sendComm = pending.release();
+    return OkStatus();
+  }
+
+  Status accept(ListenComm* listenComm, RecvComm** recvComm) override {
+    *recvComm = nullptr;
+    auto* l = static_cast<UListen*>(listenComm);
+    if (l->end == nullptr) return InvalidUsage("NET/UCX : a listen comm accepts one connection");
+    l->end->progress();
+    if (!l->end->helloArrived) return OkStatus();
+    SNCCL_TRY(l->end->connectTo(l->end->helloAddress.data()));
+    auto r = std::make_unique<URecv>();
+    r->end = std::move(l->end);
+    *recvComm = r.release();
+    return OkStatus();
+  }
+  void cancelConnect(Handle* handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    connecting_.erase(handle);
+  }
+
+  // UCX registers what it sends from and receives into itself (its registration cache).
+  Status regMr(Comm*, void*, size_t, int, MemHandle** mh) override {
+    *mh = nullptr;
+    return OkStatus();
+  }
+  bool usesUnregisteredHostMemory() const override { return true; }
+  Status deregMr(Comm*, MemHandle*) override { return OkStatus(); }
+
+  Status isend(SendComm* comm, void* data, size_t size, int, uint32_t imm, MemHandle*, Request** request) override {
+    *request = nullptr;
+    Endpoint* e = static_cast<USend*>(comm)->end.get();
+    SNCCL_TRY(e->health());
+    if (e->credits.empty()) e->progress();
+    if (e->credits.empty()) {
+      if (e->bye) return RemoteError("NET/UCX : the receiver closed the connection; cannot send %zu bytes", size);
+      return OkStatus();
+    }
+    auto [seq, bytes] = e->credits.front();
+    if (seq != (e->seq & kSeqMask))
+      return InternalError("NET/UCX : a credit for message %llu arrived while message %llu is next",
+                           (unsigned long long)seq, (unsigned long long)e->seq);
+    if (size > bytes)
+      return InternalError("NET/UCX : a %zu-byte message for a %llu-byte receive", size, (unsigned long long)bytes);
+    e->credits.pop_front();
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    ucs_status_ptr_t s = u_->tagSendNbx(e->ep, data, size, dataTag(e->seq, imm), &p);
+    if (UCS_PTR_IS_ERR(s)) return e->failure("a send", UCS_PTR_STATUS(s));
+    ++e->seq;
+    *request = track(e, s, false, size);
+    return OkStatus();
+  }
+
+  Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int*, MemHandle**, Request** request) override {
+    *request = nullptr;
+    if (n != 1) return InvalidUsage("NET/UCX : irecv of %d buffers (maxRecvs is 1)", n);
+    Endpoint* e = static_cast<URecv*>(comm)->end.get();
+    SNCCL_TRY(e->health());
+    if (e->bye) return RemoteError("NET/UCX : the sender closed the connection");
+    auto* r = new UcxRequest;
+    r->end = e;
+    r->recv = true;
+    r->size = sizes[0];
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_RECV_INFO;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    p.recv_info.tag_info = &r->info;
+    ucs_status_ptr_t s = u_->tagRecvNbx(e->worker, data[0], sizes[0], dataTag(e->seq, 0), kMatchMask, &p);
+    if (UCS_PTR_IS_ERR(s)) {
+      delete r;
+      return e->failure("posting a receive", UCS_PTR_STATUS(s));
+    }
+    r->ucp = UCS_PTR_IS_PTR(s) ? s : nullptr;
+    e->live.insert(r);
+    // The credit: the receive is posted before the sender may send into it.
+    SNCCL_TRY(e->sendCtrl(kAmCts, e->seq & kSeqMask, sizes[0]));
+    ++e->seq;
+    *request = r;
+    return OkStatus();
+  }
+
+  Status iflush(RecvComm*, int, void**, int*, MemHandle**, Request** request) override {
+    *request = nullptr;  // host memory: nothing to flush
+    return OkStatus();
+  }
+
+  Status test(Request* request, bool* done, size_t* sizes, uint32_t* imm) override {
+    auto* r = static_cast<UcxRequest*>(request);
+    Endpoint* e = r->end;
+    *done = false;
+    if (r->ucp != nullptr) {
+      e->progress();
+      ucs_status_t st = r->recv ? u_->tagRecvRequestTest(r->ucp, &r->info) : u_->requestCheckStatus(r->ucp);
+      if (st == UCS_INPROGRESS) {
+        Status h = e->health();
+        if (h.ok() && r->recv && e->bye)
+          h = RemoteError("NET/UCX : the sender closed the connection before the message this receive waits for");
+        if (h.ok()) return OkStatus();
+        finish(r);
+        return h;
+      }
+      u_->requestFree(r->ucp);
+      r->ucp = nullptr;
+      if (st != UCS_OK) {
+        Status f = e->failure(r->recv ? "a receive" : "a send", st);
+        finish(r);
+        return f;
+      }
+    }
+    *done = true;
+    if (sizes != nullptr) sizes[0] = r->recv ? r->info.length : r->size;
+    if (imm != nullptr) *imm = r->recv ? tagImm(r->info.sender_tag) : 0;
+    finish(r);
+    return OkStatus();
+  }
+
+  bool pollFds(const Comm* comm, std::vector<pollfd>* fds) const override {
+    Endpoint* e = endOf(comm);
+    if (e == nullptr || e->worker == nullptr) return false;
+    if (e->fd < 0 && u_->workerGetEfd(e->worker, &e->fd) != UCS_OK) return false;
+    if (e->wakeFd < 0) e->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e->wakeFd < 0) return false;
+    uint64_t drained = 0;
+    if (read(e->wakeFd, &drained, sizeof drained) < 0) drained = 0;  // EAGAIN: it was not signalled
+    // UCX's rule for sleeping: progress until nothing happens, then arm; armed, the
+    // descriptor becomes readable on the next event. Progress that did something (a
+    // request may have completed, a credit arrived), or a busy arm (events pending), mean
+    // the caller must look again at once: the comm's own eventfd, signalled, says so
+    // (a timer would cost a millisecond per message).
+    if (u_->workerProgress(e->worker) != 0 || u_->workerArm(e->worker) != UCS_OK) {
+      const uint64_t one = 1;
+      if (write(e->wakeFd, &one, sizeof one) != ssize_t(sizeof one)) return false;
+      fds->push_back({e->wakeFd, POLLIN, 0});
+      return true;
+    }
+    fds->push_back({e->fd, POLLIN, 0});
+    return true;
+  }
+
+  // A sender closing in order flushes its endpoint first: the peer may not have taken
+  // the last messages yet (their sends complete once UCX has them, not once they
+  // arrived), and it needs them even though this rank is done. A receiver has nothing
+  // the peer needs, and its endpoint only carries credits: it does not wait for a flush,
+  // which needs the peer's progress, and the peer may be closing its own comms one by one.
+  Status closeSend(SendComm* comm, uint32_t abortCode) override {
+    auto* s = static_cast<USend*>(comm);
+    close(s->end.get(), abortCode, abortCode == 0);
+    delete s;
+    return OkStatus();
+  }
+  Status closeRecv(RecvComm* comm, uint32_t abortCode) override {
+    auto* r = static_cast<URecv*>(comm);
+    close(r->end.get(), abortCode, false);
+    delete r;
+    return OkStatus();
+  }
+  uint32_t peerAbortCode(const Comm* comm) const override {
+    Endpoint* e = endOf(comm);
+    return e != nullptr ? e->abortCode : 0;
+  }
+  bool peerClosed(const Comm* comm) const override {
+    Endpoint* e = endOf(comm);
+    return e != nullptr && e->bye && e->abortCode == 0;
+  }
+  Status closeListen(ListenComm* comm) override {
+    delete static_cast<UListen*>(comm);
+    return OkStatus();
+  }
+
+ private:
+  Status doInit() {
+    SNCCL_ASSIGN_OR_RETURN(u_, ucx::systemUcp());
+    ucp_config_t* config = nullptr;
+    SNCCL_TRY(check(u_->configRead(nullptr, nullptr, &config), "ucp_config_read"));
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 0;
+    ucs_status_t s = u_->initVersion(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx_);
+    u_->configRelease(config);
+    SNCCL_TRY(check(s, "ucp_init"));
+    unsigned major = 0, minor = 0, release = 0;
+    u_->getVersion(&major, &minor, &release);
+    SN_INFO(log::kNet | log::kInit, "NET/UCX : UCX %u.%u.%u (UCX_TLS=%s)", major, minor, release,
+            std::getenv("UCX_TLS") != nullptr ? std::getenv("UCX_TLS") : "all");
+    return OkStatus();
+  }
+
+  Status check(ucs_status_t s, const char* call) const {
+    if (s == UCS_OK) return OkStatus();
+    return SystemError("NET/UCX : %s: %s", call, u_->statusString(s));
+  }
+
+  Result<std::unique_ptr<USend>> startConnect(const Handle& handle) {
+    HandleHead head{};
+    if (handle.bytes.size() < sizeof head) return InternalError("NET/UCX : a %zu-byte handle", handle.bytes.size());
+    std::memcpy(&head, handle.bytes.data(), sizeof head);
+    if (head.magic != kHandleMagic || head.version != kHandleVersion ||
+        handle.bytes.size() != sizeof head + head.addrBytes)
+      return InternalError("NET/UCX : the peer's listen handle is not a UCX one (does it use another net?)");
+    auto s = std::make_unique<USend>();
+    s->end = std::make_unique<Endpoint>(u_);
+    SNCCL_TRY(s->end->createWorker(ctx_));
+    SNCCL_TRY(s->end->connectTo(handle.bytes.data() + sizeof head));
+    std::vector<unsigned char> mine;
+    SNCCL_TRY(s->end->workerAddress(&mine));
+    SNCCL_TRY(s->end->sendCtrl(kAmHello, head.nonce, 0, mine.data(), mine.size()));
+    return s;
+  }
+
+  UcxRequest* track(Endpoint* e, ucs_status_ptr_t s, bool recv, size_t size) {
+    auto* r = new UcxRequest;
+    r->end = e;
+    r->ucp = UCS_PTR_IS_PTR(s) ? s : nullptr;
+    r->recv = recv;
+    r->size = size;
+    e->live.insert(r);
+    return r;
+  }
+  void finish(UcxRequest* r) {
+    if (r->ucp != nullptr) {
+      u_->requestCancel(r->end->worker, r->ucp);
+      u_->requestFree(r->ucp);
+    }
+    r->end->live.erase(r);
+    delete r;
+  }
+  void close(Endpoint* e, uint32_t abortCode, bool flush) {
+    // The goodbye says whether this end closes in order.
+    if (e->ep != nullptr && e->error == UCS_OK) (void)e->sendCtrl(kAmBye, abortCode, 0);
+    e->destroy(flush && e->error == UCS_OK, std::chrono::milliseconds(2000));
+  }
+  uint64_t nextNonce() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rng_();
+  }
+
+  const Ucp* u_ = nullptr;
+  ucp_context_h ctx_ = nullptr;
+  std::once_flag once_;
+  Status initStatus_;
+  std::mutex mu_;
+  std::mt19937_64 rng_{std::random_device{}()};
+  std::map<const Handle*, std::unique_ptr<USend>> connecting_;  // connects waiting for their HELLO to leave
+};
+
+}  // namespace
+
+Net* ucxNet() {
+  static UcxNet* net = new UcxNet;  // lives until exit, as every plugin instance
+  return net;
+}
+
+}  // namespace snccl::net

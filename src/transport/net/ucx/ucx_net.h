@@ -1,0 +1,36 @@
+// "UCX": the Net interface on UCX's UCP layer, loaded at run time (ucx_api.h).
+//
+// UCX chooses its transports itself: rc, dc or ud verbs on InfiniBand and RoCE, TCP
+// sockets elsewhere, shared memory between processes of one host. UCX's own variables
+// apply as UCX users expect them (UCX_TLS, UCX_NET_DEVICES, UCX_IB_GID_INDEX, ...), read
+// by ucp_config_read. SNCCL_NET=UCX (or NCCL_NET=UCX) picks it; it comes after snccl's own
+// nets, so it is never chosen without being asked for.
+//
+// Each connection end has its own UCP worker, so nothing is shared between comms that
+// different threads drive:
+//  - listen() creates the receiver's worker; its address travels in the Handle (any
+//    length, as net.h allows);
+//  - connect() creates the sender's worker and an endpoint to the receiver, and sends a
+//    HELLO active message carrying the sender's worker address and the handle's nonce;
+//  - accept() answers the HELLO with an endpoint back to the sender.
+// Data follows snccl's receiver-driven credit rule, which UCX's tag matching alone would
+// not keep (an unexpected message is buffered by UCX):
+//  - irecv posts a tagged receive for message number `seq`, then sends the sender a CTS
+//    active message naming seq and the buffer's size;
+//  - isend returns no request until the CTS for its next message has arrived, and then
+//    sends one tagged message. Its 64-bit tag carries seq in the low 24 bits and the imm
+//    in the 32 bits above them;
+//  - messages complete in order.
+// Closing sends a BYE active message with the abort code (0: in order). A failed endpoint
+// (UCX's peer error handling: a dead process, or a keepalive timeout on a cut link) fails
+// every call on the comm.
+#pragma once
+
+#include "transport/net/net.h"
+
+namespace snccl::net {
+
+// The process's UCX Net (not yet initialised: defaultNet() does that).
+Net* ucxNet();
+
+}  // namespace snccl::net
