@@ -98,6 +98,16 @@ TEST(ExtPluginLoad, BadLibrariesSayWhy) {
   // The plugin's own WARN explains the code it returned.
   EXPECT_NE(s.message().find("init fails on purpose"), std::string::npos) << s.message();
 
+  // A GPU-only device is left out; the host device keeps its place behind index 0.
+  LoadedPlugin mixed = ext::loadPlugin(pluginPath("gpuonly"));
+  ASSERT_NE(mixed.net, nullptr) << mixed.problem;
+  ASSERT_TRUE(mixed.net->init().ok());
+  ASSERT_EQ(mixed.net->devices(), 1);
+  Properties props;
+  ASSERT_TRUE(mixed.net->getProperties(0, &props).ok());
+  EXPECT_EQ(props.name, "hostdev");
+  EXPECT_FALSE(mixed.net->getProperties(1, &props).ok());
+
   LoadedPlugin nodev = ext::loadPlugin(pluginPath("nodev"));
   ASSERT_NE(nodev.net, nullptr) << nodev.problem;
   EXPECT_TRUE(nodev.net->init().ok());

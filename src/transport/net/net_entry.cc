@@ -296,7 +296,8 @@ bool SendEntry::goodbyeDone() {
   uint32_t imm = 0;
   Status s = net_->test(goodbye_, &done, &size, &imm);
   if (!s.ok() || done) goodbye_ = nullptr;  // either way the request is gone (Net::test)
-  return goodbye_ == nullptr;
+  // A goodbye that does not leave in time is left to the close, which frees it.
+  return goodbye_ == nullptr || Clock::now() >= goodbyeGiveUp_ + kGoodbyeWait;
 }
 
 void SendEntry::closeComm(uint32_t abortCode) {
@@ -342,9 +343,13 @@ bool RecvEntry::progress() {
     bool goodbye = false;
     if (prefixImm_ && !unwrapPrefix(&size, &imm, &at, &goodbye)) return true;
     if (goodbye) {
-      // Nothing follows it: the receives still posted fail when the peer closes.
+      // All of the peer's data came before it, and nothing follows. The receives still
+      // posted here might never complete on some plugins (a verbs queue pair whose peer
+      // is gone), so the connection ends now, as a clean close: no warning, and the ring
+      // is poisoned only once the executor has taken what arrived (fail()).
       peerSaidGoodbye_ = true;
-      continue;
+      fail(RemoteError("the peer closed the connection (its goodbye arrived)"));
+      return true;
     }
     protocol_.post(done_, uint32_t(size), signatureFromDigest(imm), at != nullptr ? kAtPointer : kInSlot, at);
     ++done_;

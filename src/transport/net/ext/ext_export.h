@@ -79,14 +79,19 @@ class Exporter {
     }
     delete q;
   }
-  // After the Net closed the comm: its requests are gone with it.
-  static void forget(Comm* c) {
+  // The comm's requests, taken out of the table before the Net closes the comm (whose
+  // address another comm may get at once) and freed after: they go with it.
+  static std::set<void*> takePending(Comm* c) {
     State& st = state();
     std::lock_guard<std::mutex> lock(st.mu);
     auto it = st.pending.find(c);
-    if (it == st.pending.end()) return;
-    for (void* q : it->second) delete static_cast<Req*>(q);
+    if (it == st.pending.end()) return {};
+    std::set<void*> out = std::move(it->second);
     st.pending.erase(it);
+    return out;
+  }
+  static void freeAll(const std::set<void*>& reqs) {
+    for (void* q : reqs) delete static_cast<Req*>(q);
   }
   // The ncclNet handle: the Net handle's length (2 bytes), then its first kHandlePayload
   // bytes; the rest of a longer handle must be zeros (as the socket and IB nets' are at
@@ -305,13 +310,15 @@ class Exporter {
   }
 
   static ncclResult_t closeSend(void* c) {
+    std::set<void*> reqs = takePending(comm(c));
     Status s = exportedNet()->closeSend(static_cast<SendComm*>(comm(c)), 0);
-    forget(comm(c));
+    freeAll(reqs);
     return fail(s);
   }
   static ncclResult_t closeRecv(void* c) {
+    std::set<void*> reqs = takePending(comm(c));
     Status s = exportedNet()->closeRecv(static_cast<RecvComm*>(comm(c)), 0);
-    forget(comm(c));
+    freeAll(reqs);
     return fail(s);
   }
   static ncclResult_t closeListen(void* l) { return fail(exportedNet()->closeListen(static_cast<ListenComm*>(l))); }

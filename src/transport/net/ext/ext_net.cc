@@ -129,15 +129,30 @@ class ExtNet final : public Net {
       if (!initStatus_.ok()) return;
       int n = 0;
       initStatus_ = check(t_->devices(&n), "devices");
-      ndev_ = initStatus_.ok() ? n : 0;
+      if (!initStatus_.ok()) return;
+      // Only devices that move host memory as it is: not GPU-only ones, nor ones whose data
+      // a device kernel must unpack (netDeviceType other than host, from v7).
+      for (int d = 0; d < n; ++d) {
+        Props p{};
+        if (t_->getProperties(d, &p) != ncclSuccess) continue;
+        bool host = (p.ptrSupport & abi::kPtrHost) != 0;
+        if constexpr (V >= 7) host = host && p.netDeviceType == abi::kDeviceHost;
+        if (host) {
+          usable_.push_back(d);
+        } else {
+          SN_INFO(log::kNet | log::kInit, "NET/%s : device %d (%s) does not take host memory; not used", name_.c_str(),
+                  d, p.name != nullptr ? p.name : "?");
+        }
+      }
     });
     return initStatus_;
   }
-  int devices() const override { return ndev_; }
+  int devices() const override { return int(usable_.size()); }
 
   Status getProperties(int dev, Properties* out) const override {
+    if (dev < 0 || dev >= devices()) return InvalidArgument("NET/%s : no device %d", name_.c_str(), dev);
     Props p{};
-    SNCCL_TRY(check(t_->getProperties(dev, &p), "getProperties"));
+    SNCCL_TRY(check(t_->getProperties(usable_[size_t(dev)], &p), "getProperties"));
     *out = Properties{};
     out->name = p.name != nullptr ? p.name : "";
     out->pciPath = p.pciPath != nullptr ? p.pciPath : "";
@@ -158,6 +173,8 @@ class ExtNet final : public Net {
   }
 
   Status listen(int dev, Handle* handle, ListenComm** listenComm) override {
+    if (dev < 0 || dev >= devices()) return InvalidArgument("NET/%s : no device %d", name_.c_str(), dev);
+    dev = usable_[size_t(dev)];
     handle->bytes.assign(abi::kHandleBytes, 0);
     void* l = nullptr;
     ncclResult_t r;
@@ -173,6 +190,8 @@ class ExtNet final : public Net {
 
   Status connect(int dev, Handle* handle, SendComm** sendComm) override {
     *sendComm = nullptr;
+    if (dev < 0 || dev >= devices()) return InvalidArgument("NET/%s : no device %d", name_.c_str(), dev);
+    dev = usable_[size_t(dev)];
     // NCCL hands plugins a handle of kHandleBytes; one that came shorter is padded once,
     // before the first call, so the plugin's state in it stays put across calls.
     if (handle->bytes.size() < abi::kHandleBytes) handle->bytes.resize(abi::kHandleBytes, 0);
@@ -354,7 +373,7 @@ class ExtNet final : public Net {
   abi::CommConfig config_{abi::kTrafficClassUndef};
   std::once_flag initOnce_;
   Status initStatus_;
-  int ndev_ = 0;
+  std::vector<int> usable_;  // the plugin's device index of each device this Net reports
 };
 
 template <int V>

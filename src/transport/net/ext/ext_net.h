@@ -12,7 +12,10 @@
 //    sends them; v9 on: the plugin's maxP2pBytes);
 //  - connect/accept are called again until they return a comm, with the same handle
 //    memory, and never ask for device offload;
-//  - v11 and v12 get one context for the process (commId 0), created by init.
+//  - v11 and v12 get one context for the process (commId 0), created by init;
+//  - only devices that take host memory as it is are reported (ptrSupport has
+//    NCCL_PTR_HOST and, from v7, netDeviceType is host): a GPU-only device, or one whose
+//    data a device kernel unpacks, is left out with an INFO line.
 // What ncclNet cannot carry, the adapter says in its answers: no imm (Properties::imm is
 // false, so the transport prefixes the operation's digest to each message), no abort
 // code and no clean-close signal from the peer, no descriptors to poll (the proxy polls

@@ -64,6 +64,7 @@ class UcxRequest final : public Request {
   void* ucp = nullptr;  // the UCP request; null when it completed at once
   bool recv = false;
   size_t size = 0;
+  uint64_t seq = 0;  // receives: the message number it waits for
   ucp_tag_recv_info_t info{};
 };
 
@@ -212,6 +213,8 @@ class Endpoint {
   std::deque<std::pair<uint64_t, uint64_t>> credits;  // (seq, bytes) the receiver posted
   bool bye = false;
   uint32_t abortCode = 0;
+  uint64_t byeSeq = 0;      // the messages the peer had sent when it said goodbye
+  bool wantCredit = false;  // an isend found no credit: a credit arriving is news
   // Sequence numbers: messages sent (sender) or receives posted (receiver).
   uint64_t seq = 0;
   std::unordered_set<UcxRequest*> live;  // requests not yet completed, freed on close
@@ -236,11 +239,15 @@ class Endpoint {
   }
 
   void reapCtrl() {
-    for (CtrlSend& c : ctrl_)
-      if (c.req != nullptr && u_->requestCheckStatus(c.req) != UCS_INPROGRESS) {
-        u_->requestFree(c.req);
-        c.req = nullptr;
-      }
+    for (CtrlSend& c : ctrl_) {
+      if (c.req == nullptr) continue;
+      ucs_status_t st = u_->requestCheckStatus(c.req);
+      if (st == UCS_INPROGRESS) continue;
+      // A lost credit or HELLO would leave the peer waiting: the comm fails instead.
+      if (st != UCS_OK && error == UCS_OK) error = st;
+      u_->requestFree(c.req);
+      c.req = nullptr;
+    }
     while (!ctrl_.empty() && ctrl_.front().req == nullptr) ctrl_.pop_front();
   }
 
@@ -274,7 +281,9 @@ class Endpoint {
     static_cast<Endpoint*>(arg)->credits.emplace_back(w[0], w[1]);
     return UCS_OK;
   }
-  // BYE (abort code, 0): the peer closes, in order when the code is 0.
+  // BYE (abort code, messages sent): the peer closes, in order when the code is 0. A
+  // sender's count says which receives were never going to be matched: the goodbye may
+  // overtake data on another of UCX's lanes, and receives below the count still complete.
   static ucs_status_t onBye(void* arg, const void* header, size_t headerBytes, void*, size_t,
                             const ucp_am_recv_param_t*) {
     auto* e = static_cast<Endpoint*>(arg);
@@ -282,6 +291,7 @@ class Endpoint {
     words(header, headerBytes, w);
     e->bye = true;
     e->abortCode = uint32_t(w[0]);
+    e->byeSeq = w[1];
     return UCS_OK;
   }
 
@@ -407,8 +417,10 @@ class UcxNet final : public Net {
     if (e->credits.empty()) e->progress();
     if (e->credits.empty()) {
       if (e->bye) return RemoteError("NET/UCX : the receiver closed the connection; cannot send %zu bytes", size);
+      e->wantCredit = true;
       return OkStatus();
     }
+    e->wantCredit = false;
     auto [seq, bytes] = e->credits.front();
     if (seq != (e->seq & kSeqMask))
       return InternalError("NET/UCX : a credit for message %llu arrived while message %llu is next",
@@ -431,8 +443,9 @@ class UcxNet final : public Net {
     if (n != 1) return InvalidUsage("NET/UCX : irecv of %d buffers (maxRecvs is 1)", n);
     Endpoint* e = static_cast<URecv*>(comm)->end.get();
     SNCCL_TRY(e->health());
-    if (e->bye) return RemoteError("NET/UCX : the sender closed the connection");
+    if (e->bye && e->seq >= e->byeSeq) return RemoteError("NET/UCX : the sender closed the connection");
     auto* r = new UcxRequest;
+    r->seq = e->seq;
     r->end = e;
     r->recv = true;
     r->size = sizes[0];
@@ -468,7 +481,7 @@ class UcxNet final : public Net {
       ucs_status_t st = r->recv ? u_->tagRecvRequestTest(r->ucp, &r->info) : u_->requestCheckStatus(r->ucp);
       if (st == UCS_INPROGRESS) {
         Status h = e->health();
-        if (h.ok() && r->recv && e->bye)
+        if (h.ok() && r->recv && e->bye && r->seq >= e->byeSeq)
           h = RemoteError("NET/UCX : the sender closed the connection before the message this receive waits for");
         if (h.ok()) return OkStatus();
         finish(r);
@@ -502,7 +515,8 @@ class UcxNet final : public Net {
     // request may have completed, a credit arrived), or a busy arm (events pending), mean
     // the caller must look again at once: the comm's own eventfd, signalled, says so
     // (a timer would cost a millisecond per message).
-    if (u_->workerProgress(e->worker) != 0 || u_->workerArm(e->worker) != UCS_OK) {
+    bool creditWaiting = e->wantCredit && !e->credits.empty();  // a send waits for it, not for an event
+    if (creditWaiting || u_->workerProgress(e->worker) != 0 || u_->workerArm(e->worker) != UCS_OK) {
       const uint64_t one = 1;
       if (write(e->wakeFd, &one, sizeof one) != ssize_t(sizeof one)) return false;
       fds->push_back({e->wakeFd, POLLIN, 0});
@@ -550,7 +564,9 @@ class UcxNet final : public Net {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-    params.mt_workers_shared = 0;
+    // Workers of this context are driven by different threads (listen on the caller's,
+    // the proxy and the executors on theirs): UCX must lock the state they share.
+    params.mt_workers_shared = 1;
     ucs_status_t s = u_->initVersion(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx_);
     u_->configRelease(config);
     SNCCL_TRY(check(s, "ucp_init"));
@@ -602,7 +618,7 @@ class UcxNet final : public Net {
   }
   void close(Endpoint* e, uint32_t abortCode, bool flush) {
     // The goodbye says whether this end closes in order.
-    if (e->ep != nullptr && e->error == UCS_OK) (void)e->sendCtrl(kAmBye, abortCode, 0);
+    if (e->ep != nullptr && e->error == UCS_OK) (void)e->sendCtrl(kAmBye, abortCode, e->seq);
     e->destroy(flush && e->error == UCS_OK, std::chrono::milliseconds(2000));
   }
   uint64_t nextNonce() {

@@ -21,7 +21,9 @@
 //    sends one tagged message. Its 64-bit tag carries seq in the low 24 bits and the imm
 //    in the 32 bits above them;
 //  - messages complete in order.
-// Closing sends a BYE active message with the abort code (0: in order). A failed endpoint
+// Closing sends a BYE active message with the abort code (0: in order) and, from a sender,
+// how many messages it sent, so that a BYE overtaking data on another UCX lane fails no
+// receive that data will still complete. A failed endpoint
 // (UCX's peer error handling: a dead process, or a keepalive timeout on a cut link) fails
 // every call on the comm.
 #pragma once
