@@ -135,12 +135,18 @@ class Endpoint {
   bool ctrlIdle() const { return ctrl_.empty(); }
 
   // The comm's state as an error: a failed endpoint, or (receivers) the peer's goodbye.
-  Status health() const {
+  Status health() {
     if (error != UCS_OK) return failure("the connection", error);
     return OkStatus();
   }
 
-  Status failure(const char* what, ucs_status_t s) const {
+  // An error for `what`. A peer that aborts sends its BYE (with the abort code naming
+  // where the failure started) just before its endpoint goes, and UCX may report the
+  // endpoint failed before this end has read the BYE: what already arrived is taken in
+  // first, so that peerAbortCode() has the code when the caller asks for it.
+  Status failure(const char* what, ucs_status_t s) {
+    for (int i = 0; i < 100 && u_->workerProgress(worker) != 0; ++i) {
+    }
     return RemoteError("NET/UCX : %s failed: %s%s", what, u_->statusString(s),
                        abortCode != 0 ? " (the peer aborted)" : "");
   }
