@@ -373,6 +373,21 @@ Result<Interface> selectInterface(std::span<const Interface> all, std::string_vi
                       describeInterfaces(all).c_str());
 }
 
+Result<std::vector<Interface>> selectInterfaces(std::span<const Interface> all, std::string_view spec, int family,
+                                                size_t maxCount) {
+  SNCCL_ASSIGN_OR_RETURN(Interface first, selectInterface(all, spec, family));
+  std::vector<Interface> out{first};
+  if (spec.empty()) return out;
+  IfnameFilter f = IfnameFilter::parse(spec);
+  for (const Interface& i : all) {
+    if (out.size() >= maxCount) break;
+    if (!i.up || i.addr.family() != first.addr.family() || i.addr.isLinkLocal() || !f.matches(i.name)) continue;
+    bool seen = std::any_of(out.begin(), out.end(), [&](const Interface& o) { return o.name == i.name; });
+    if (!seen) out.push_back(i);
+  }
+  return out;
+}
+
 Result<int> parseFamily(std::string_view text) {
   std::string t;
   for (char c : text) t += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -387,6 +402,18 @@ Result<Interface> chooseLocalInterface() {
   SNCCL_ASSIGN_OR_RETURN(auto all, listInterfaces());
   const std::string& spec = params::getString(params::Id::SocketIfname);
   Result<Interface> r = selectInterface(all, spec, family);
+  if (!r.ok() && !spec.empty()) {
+    Status s = r.status();
+    return s.addContext("SNCCL_SOCKET_IFNAME");
+  }
+  return r;
+}
+
+Result<std::vector<Interface>> chooseLocalInterfaces(size_t maxCount) {
+  SNCCL_ASSIGN_OR_RETURN(int family, parseFamily(params::getString(params::Id::SocketFamily)));
+  SNCCL_ASSIGN_OR_RETURN(auto all, listInterfaces());
+  const std::string& spec = params::getString(params::Id::SocketIfname);
+  Result<std::vector<Interface>> r = selectInterfaces(all, spec, family, maxCount);
   if (!r.ok() && !spec.empty()) {
     Status s = r.status();
     return s.addContext("SNCCL_SOCKET_IFNAME");

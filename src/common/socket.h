@@ -130,11 +130,19 @@ Result<std::vector<Interface>> listInterfaces();
 // lists the interfaces that exist. Pure: the interface list is an argument.
 Result<Interface> selectInterface(std::span<const Interface> all, std::string_view spec, int family);
 
+// Several rails: selectInterface's choice first, then, only with a spec, every other up
+// interface the spec matches with an address of the same family (one address per
+// interface, getifaddrs order), at most maxCount in all.
+Result<std::vector<Interface>> selectInterfaces(std::span<const Interface> all, std::string_view spec, int family,
+                                                size_t maxCount);
+
 // "AF_INET" / "AF_INET6" (case-insensitive; also "4"/"6", "ipv4"/"ipv6"); "" = AF_UNSPEC.
 Result<int> parseFamily(std::string_view text);
 
 // selectInterface over listInterfaces() with SNCCL_SOCKET_IFNAME and SNCCL_SOCKET_FAMILY.
 Result<Interface> chooseLocalInterface();
+// selectInterfaces over listInterfaces() with the same parameters.
+Result<std::vector<Interface>> chooseLocalInterfaces(size_t maxCount);
 
 // ---- Sockets ------------------------------------------------------------------------
 

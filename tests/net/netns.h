@@ -1,5 +1,7 @@
 // Emulated nodes for the net tests: one network namespace per node, joined by veth pairs
-// to a bridge that lives in a namespace of its own (the "switch").
+// to a bridge that lives in a namespace of its own (the "switch"). With several rails,
+// each node has one interface per rail (snet0, snet1, ...) on a bridge and a subnet of
+// that rail's own (10.77.<rail>.0/24), as a node with several NICs on separate fabrics.
 //
 // Rules: only namespaces this test creates, addresses
 // only 10.77.x inside them, nothing in the root namespace is touched, and everything is
@@ -70,27 +72,32 @@ class NetnsNodes {
     for (const std::string& n : stale) runCmd({"ip", "netns", "del", n});
   }
 
-  // Builds `nodes` namespaces, node i at 10.77.0.(i+1)/24 on interface `ifname`.
-  // Returns false (with *why) when any step fails; what was built is removed.
-  bool create(int nodes, std::string* why) {
+  // Builds `nodes` namespaces, node i at 10.77.r.(i+1)/24 on interface snet<r> for each
+  // rail r. Returns false (with *why) when any step fails; what was built is removed.
+  bool create(int nodes, std::string* why, int rails = 1) {
     removeStale();
     std::string base = kNsPrefix + std::to_string(getpid()) + "-";
     bridge_ = base + "sw";
-    std::vector<std::vector<std::string>> cmds = {
-        {"ip", "netns", "add", bridge_},
-        {"ip", "-n", bridge_, "link", "add", "br0", "type", "bridge"},
-        {"ip", "-n", bridge_, "link", "set", "br0", "up"},
-    };
+    std::vector<std::vector<std::string>> cmds = {{"ip", "netns", "add", bridge_}};
+    for (int r = 0; r < rails; ++r) {
+      std::string br = "br" + std::to_string(r);
+      cmds.push_back({"ip", "-n", bridge_, "link", "add", br, "type", "bridge"});
+      cmds.push_back({"ip", "-n", bridge_, "link", "set", br, "up"});
+    }
     for (int i = 0; i < nodes; ++i) {
       std::string ns = base + "n" + std::to_string(i);
-      std::string port = "p" + std::to_string(i);
       nodes_.push_back(ns);
       cmds.push_back({"ip", "netns", "add", ns});
-      cmds.push_back({"ip", "-n", bridge_, "link", "add", port, "type", "veth", "peer", "name", kIfname, "netns", ns});
-      cmds.push_back({"ip", "-n", bridge_, "link", "set", port, "master", "br0"});
-      cmds.push_back({"ip", "-n", bridge_, "link", "set", port, "up"});
-      cmds.push_back({"ip", "-n", ns, "addr", "add", "10.77.0." + std::to_string(i + 1) + "/24", "dev", kIfname});
-      cmds.push_back({"ip", "-n", ns, "link", "set", kIfname, "up"});
+      for (int r = 0; r < rails; ++r) {
+        std::string port = "p" + std::to_string(i) + (r > 0 ? "r" + std::to_string(r) : "");
+        std::string ifname = railIfname(r);
+        cmds.push_back({"ip", "-n", bridge_, "link", "add", port, "type", "veth", "peer", "name", ifname, "netns", ns});
+        cmds.push_back({"ip", "-n", bridge_, "link", "set", port, "master", "br" + std::to_string(r)});
+        cmds.push_back({"ip", "-n", bridge_, "link", "set", port, "up"});
+        cmds.push_back({"ip", "-n", ns, "addr", "add",
+                        "10.77." + std::to_string(r) + "." + std::to_string(i + 1) + "/24", "dev", ifname});
+        cmds.push_back({"ip", "-n", ns, "link", "set", ifname, "up"});
+      }
       cmds.push_back({"ip", "-n", ns, "link", "set", "lo", "up"});
     }
     for (const auto& c : cmds) {
@@ -105,10 +112,19 @@ class NetnsNodes {
     return true;
   }
 
-  // Takes node i's link down or up (a cable pull).
-  bool setLink(int node, bool up) {
-    return runCmd({"ip", "-n", nodes_[size_t(node)], "link", "set", kIfname, up ? "up" : "down"}) == 0;
+  // Takes node i's link on `rail` down or up (a cable pull).
+  bool setLink(int node, bool up, int rail = 0) {
+    return runCmd({"ip", "-n", nodes_[size_t(node)], "link", "set", railIfname(rail), up ? "up" : "down"}) == 0;
   }
+
+  // Runs a command inside node i's namespace (ip netns exec), e.g. tc on a rail.
+  bool exec(int node, const std::vector<std::string>& cmd) {
+    std::vector<std::string> full = {"ip", "netns", "exec", nodes_[size_t(node)]};
+    full.insert(full.end(), cmd.begin(), cmd.end());
+    return runCmd(full) == 0;
+  }
+
+  static std::string railIfname(int rail) { return "snet" + std::to_string(rail); }
 
   const std::vector<std::string>& names() const { return nodes_; }
 

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "transport/net/socket/socket_link.h"
+#include "transport/net/socket/socket_io.h"
 
 namespace snccl::net::socknet {
 
@@ -24,68 +24,6 @@ using sockwire::Frame;
 constexpr size_t kRecvReadChunk = sizeof(sockwire::Frame) + sockwire::kInlineMax + 4096;
 constexpr size_t kSendReadChunk = 4096;
 static_assert(kSendReadChunk >= sizeof(sockwire::Frame));
-
-// What a socket errno means on the network, for the messages survivors see (when this
-// node's own link looked fine).
-const char* networkCause(int err) {
-  switch (err) {
-    case ETIMEDOUT:
-      return "the peer stopped acknowledging data for SNCCL_TIMEOUT/2 seconds: its link is down, the path between "
-             "the nodes is cut, or its host is gone";
-    case ECONNRESET:
-    case EPIPE:
-      return "the peer reset the connection: its process died or closed the socket";
-    case ENETDOWN:
-    case ENETUNREACH:
-      return "this node has no route to the peer: a route or a link on the path is down";
-    case EHOSTUNREACH:
-    case EHOSTDOWN:
-      return "the peer's host is unreachable: link down or path cut";
-    default:
-      return "socket error";
-  }
-}
-
-// The error of a failed send or receive. A link-related errno while this node's own
-// interface is down is this node's failure, not the peer's: ncclSystemError, which the
-// proxy entry reads as "the failure started here" (net_entry.h).
-Status socketError(const char* verb, const sock::Socket& s, int err) {
-  std::string peer = s.peer().toString();
-  if (linkRelatedErrno(err)) {
-    std::string local = localLinkProblem(s.fd());
-    if (!local.empty())
-      return SystemError("%s %s failed: %s (errno %d): this node's network link is down: %s", verb, peer.c_str(),
-                         strerror(err), err, local.c_str());
-  }
-  return RemoteError("%s %s failed: %s (errno %d): %s", verb, peer.c_str(), strerror(err), err, networkCause(err));
-}
-
-// Non-blocking send/recv of up to n bytes: the count moved (0 when the socket would
-// block); *eof for a receive that found the stream closed.
-Result<size_t> sendSome(const sock::Socket& s, const char* p, size_t n) {
-  for (;;) {
-    ssize_t k = ::send(s.fd(), p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (k >= 0) return size_t(k);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
-    return socketError("send to", s, errno);
-  }
-}
-
-Result<size_t> recvSome(const sock::Socket& s, char* p, size_t n, bool* eof) {
-  *eof = false;
-  for (;;) {
-    ssize_t k = ::recv(s.fd(), p, n, MSG_DONTWAIT);
-    if (k > 0) return size_t(k);
-    if (k == 0) {
-      *eof = true;
-      return size_t(0);
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t(0);
-    return socketError("receive from", s, errno);
-  }
-}
 
 }  // namespace
 
@@ -444,13 +382,14 @@ Status Conn::pumpStream(int index) {
   return OkStatus();
 }
 
-void Conn::pollFds(std::vector<pollfd>* fds) const {
-  if (!error_.ok() || (live_ == 0 && !wantCredit_)) return;
+bool Conn::pollFds(std::vector<pollfd>* fds) const {
+  if (!error_.ok() || (live_ == 0 && !wantCredit_)) return true;
   // Never register a socket with no wanted event: poll would report its hang-up forever.
   short ce = short((ctrlEof_ ? 0 : POLLIN) | (outOff_ < out_.size() ? POLLOUT : 0));
   if (ce != 0) fds->push_back(pollfd{ctrl_.fd(), ce, 0});
   for (const Stream& st : streams_)
     if (!st.tasks.empty()) fds->push_back(pollfd{st.sock.fd(), short(sender_ ? POLLOUT : POLLIN), 0});
+  return true;
 }
 
 void Conn::close(uint32_t abortCode, int lingerMs) {

@@ -39,7 +39,14 @@ constexpr int kMaxRequests = 64;  // >= SNCCL_STEPS' maximum: one request per ri
 
 class Conn;
 
-class SockRequest : public Request {
+// What the requests of both connection kinds derive from: which kind a Net request is
+// (Conn's, or MultipathConn's: multipath_conn.h).
+class SockReqBase : public Request {
+ public:
+  bool multipath = false;
+};
+
+class SockRequest : public SockReqBase {
  public:
   Conn* conn = nullptr;
   bool used = false;
@@ -75,8 +82,9 @@ class Conn {
   bool retarget(SockRequest* r, void* data, size_t size);
   // Only while a request is live (or an isend waits for credit): the caller tests its
   // requests after a wake-up, and that is what consumes the readiness. An idle connection
-  // registers nothing, so unread credits cannot keep poll() returning.
-  void pollFds(std::vector<pollfd>* fds) const;
+  // registers nothing, so unread credits cannot keep poll() returning. Always true: the
+  // descriptors say when progress is possible (Net::pollFds).
+  bool pollFds(std::vector<pollfd>* fds) const;
   // Nothing to write and no message part in flight on any stream (Net::quiescent).
   bool quiescent() const {
     if (!error_.ok() || outOff_ < out_.size()) return false;

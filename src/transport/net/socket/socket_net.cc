@@ -5,12 +5,14 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <utility>
 
 #include "common/log.h"
 #include "common/params.h"
 #include "common/socket.h"
 #include "transport/net/socket/socket_conn.h"
 #include "transport/net/socket/socket_link.h"
+#include "transport/net/socket/multipath_conn.h"
 #include "transport/net/socket/socket_setup.h"
 
 namespace snccl::net {
@@ -27,17 +29,58 @@ constexpr size_t kStageOffset = kSocketHandleBytes - 16;
 constexpr uint64_t kStageMagic = 0x73746167652d736bull;
 static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlaps the connect stage");
 
+// Either end of a connection: a Conn (static routing) or a MultipathConn (adaptive).
+class SocketEnd {
+ public:
+  SocketEnd(bool sender, std::vector<sock::Socket> socks, std::string what, const MultipathConfig* adaptive) {
+    if (adaptive != nullptr) {
+      mp_ = std::make_unique<MultipathConn>(sender, std::move(socks), std::move(what), *adaptive);
+    } else {
+      conn_ = std::make_unique<Conn>(sender, std::move(socks), std::move(what));
+    }
+  }
+  // Calls f with whichever connection this end is.
+  template <class F>
+  decltype(auto) with(F&& f) {
+    return mp_ != nullptr ? f(*mp_) : f(*conn_);
+  }
+  template <class F>
+  decltype(auto) with(F&& f) const {
+    return mp_ != nullptr ? f(std::as_const(*mp_)) : f(std::as_const(*conn_));
+  }
+
+ private:
+  std::unique_ptr<Conn> conn_;
+  std::unique_ptr<MultipathConn> mp_;
+};
+
 class SocketSend : public SendComm {
  public:
-  SocketSend(std::vector<sock::Socket> socks, std::string what) : conn(true, std::move(socks), std::move(what)) {}
-  Conn conn;
+  template <class... A>
+  explicit SocketSend(A&&... a) : end(true, std::forward<A>(a)...) {}
+  SocketEnd end;
 };
 
 class SocketRecv : public RecvComm {
  public:
-  SocketRecv(std::vector<sock::Socket> socks, std::string what) : conn(false, std::move(socks), std::move(what)) {}
-  Conn conn;
+  template <class... A>
+  explicit SocketRecv(A&&... a) : end(false, std::forward<A>(a)...) {}
+  SocketEnd end;
 };
+
+// The request's connection kind decides its class (SockReqBase::multipath).
+template <class F>
+decltype(auto) withRequest(Request* req, F&& f) {
+  auto* base = static_cast<SockReqBase*>(req);
+  return base->multipath ? f(static_cast<MpRequest*>(base)) : f(static_cast<SockRequest*>(base));
+}
+
+// The end a comm is, or null for a listen comm.
+const SocketEnd* endOf(const Comm* comm) {
+  if (auto* s = dynamic_cast<const SocketSend*>(comm)) return &s->end;
+  if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return &r->end;
+  return nullptr;
+}
 
 int readSpeedMbps(const std::string& ifname) {
   std::ifstream f("/sys/class/net/" + ifname + "/speed");
@@ -69,12 +112,30 @@ class SocketNet : public Net {
   const char* name() const override { return "Socket"; }
 
   Status init() override {
-    SNCCL_ASSIGN_OR_RETURN(iface_, sock::chooseLocalInterface());
+    const size_t maxRails = size_t(params::getIntClamped(params::Id::SocketRails, 1, sockwire::kMaxRails));
+    SNCCL_ASSIGN_OR_RETURN(rails_, sock::chooseLocalInterfaces(maxRails));
+    iface_ = rails_[0];
     nstreams_ = socketStreamsFromParams(params::getIntClamped(params::Id::SocketNthreads, 1, 16),
                                         params::getIntClamped(params::Id::NsocksPerThread, 1, sockwire::kMaxStreams));
     SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
-    SN_INFO(log::kNet | log::kInit, "NET/Socket : Using [0]%s:%s, %d streams per connection, congestion control %s",
-            iface_.name.c_str(), iface_.addr.hostString().c_str(), nstreams_,
+    const std::string routing = params::getString(params::Id::Routing);
+    if (routing == "adaptive") {
+      adaptive_ = true;
+    } else if (routing == "static") {
+      adaptive_ = false;
+    } else if (routing == "auto" || routing.empty()) {
+      adaptive_ = rails_.size() > 1;
+    } else {
+      return InvalidArgument("SNCCL_ROUTING=%s: expected adaptive, static or auto", routing.c_str());
+    }
+    mpConfig_.chunkBytes = size_t(params::getIntClamped(params::Id::SocketChunkSize, 4096, 16 << 20));
+    mpConfig_.stallMs = int(params::getIntClamped(params::Id::SocketPathTimeout, 100, 600000));
+    std::string names;
+    for (size_t k = 0; k < rails_.size(); ++k)
+      names += format("%s[%zu]%s:%s", k > 0 ? " " : "", k, rails_[k].name.c_str(), rails_[k].addr.hostString().c_str());
+    SN_INFO(log::kNet | log::kInit,
+            "NET/Socket : Using %s, %d streams per rail, %s routing, congestion control %s", names.c_str(), nstreams_,
+            adaptive_ ? "adaptive" : "static",
             tuning_.congestion.empty() ? "(system default)" : tuning_.congestion.c_str());
     return OkStatus();
   }
@@ -98,7 +159,15 @@ class SocketNet : public Net {
     SNCCL_TRY(checkDev(dev));
     sock::Address bind = iface_.addr;
     bind.setPort(0);
-    SNCCL_ASSIGN_OR_RETURN(auto l, SocketListen::create(bind, nstreams_, tuning_, handle));
+    RailPlan plan;
+    for (const sock::Interface& r : rails_) plan.rails.push_back(r.addr);
+    plan.adaptive = adaptive_;
+    plan.chunkBytes = mpConfig_.chunkBytes;
+    // Static: a control socket plus nstreams_ streams per rail. Adaptive: every socket is
+    // a path, nstreams_ per rail (the handle counts the sockets after the first).
+    const int perRail = nstreams_ * int(rails_.size());
+    const int streams = std::min(adaptive_ ? perRail - 1 : perRail, sockwire::kMaxStreams);
+    SNCCL_ASSIGN_OR_RETURN(auto l, SocketListen::create(bind, streams, tuning_, handle, plan));
     *out = l.release();
     return OkStatus();
   }
@@ -108,17 +177,24 @@ class SocketNet : public Net {
     SNCCL_TRY(checkDev(dev));
     Connector* c = stagedConnector(*handle);
     if (c == nullptr) {
-      SNCCL_ASSIGN_OR_RETURN(auto fresh, Connector::start(*handle, tuning_));
+      std::vector<sock::Address> locals;
+      for (const sock::Interface& r : rails_) locals.push_back(r.addr);
+      SNCCL_ASSIGN_OR_RETURN(auto fresh, Connector::start(*handle, tuning_, locals));
       c = fresh.release();
       setStage(handle, c);
     }
     Result<std::vector<sock::Socket>> socks = c->step();
     if (socks.ok() && socks.value().empty()) return OkStatus();
     std::string what = "send to " + c->target().toString();
+    MultipathConfig mp = mpConfig_;
+    mp.chunkBytes = c->chunkBytes();  // the receiver's
+    const bool adaptive = c->adaptive();
+    const int rails = c->rails();
     cancelConnect(handle);
     if (!socks.ok()) return withLocalLink(socks.status());
-    SN_INFO(log::kNet, "NET/Socket : %s: connected, %zu streams", what.c_str(), socks.value().size() - 1);
-    *out = new SocketSend(std::move(socks).value(), what);
+    SN_INFO(log::kNet, "NET/Socket : %s: connected, %zu sockets over %d rails, %s routing", what.c_str(),
+            socks.value().size(), rails, adaptive ? "adaptive" : "static");
+    *out = new SocketSend(std::move(socks).value(), what, adaptive ? &mp : nullptr);
     return OkStatus();
   }
 
@@ -128,8 +204,12 @@ class SocketNet : public Net {
     SNCCL_ASSIGN_OR_RETURN(auto socks, l->tryAccept());
     if (socks.empty()) return OkStatus();
     std::string what = "receive from " + socks[0].peer().toString() + " on " + l->address().toString();
-    SN_INFO(log::kNet, "NET/Socket : %s: accepted, %zu streams", what.c_str(), socks.size() - 1);
-    *out = new SocketRecv(std::move(socks), what);
+    const bool adaptive = l->plan().adaptive;
+    MultipathConfig mp = mpConfig_;
+    mp.chunkBytes = l->plan().chunkBytes;
+    SN_INFO(log::kNet, "NET/Socket : %s: accepted, %zu sockets, %s routing", what.c_str(), socks.size(),
+            adaptive ? "adaptive" : "static");
+    *out = new SocketRecv(std::move(socks), what, adaptive ? &mp : nullptr);
     return OkStatus();
   }
 
@@ -148,22 +228,25 @@ class SocketNet : public Net {
 
   Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle*, Request** req) override {
     *req = nullptr;
-    SNCCL_ASSIGN_OR_RETURN(SockRequest * r, static_cast<SocketSend*>(comm)->conn.isend(data, size, tag, imm));
-    *req = r;
-    return OkStatus();
+    return static_cast<SocketSend*>(comm)->end.with([&](auto& c) -> Status {
+      SNCCL_ASSIGN_OR_RETURN(auto* r, c.isend(data, size, tag, imm));
+      *req = r;
+      return OkStatus();
+    });
   }
 
   Status irecv(RecvComm* comm, int n, void** data, size_t* sizes, int* tags, MemHandle**, Request** req) override {
     *req = nullptr;
     if (n != 1) return InvalidArgument("NET/Socket: irecv of %d buffers; sockets take one (maxRecvs 1)", n);
-    SNCCL_ASSIGN_OR_RETURN(SockRequest * r, static_cast<SocketRecv*>(comm)->conn.irecv(data[0], sizes[0], tags[0]));
-    *req = r;
-    return OkStatus();
+    return static_cast<SocketRecv*>(comm)->end.with([&](auto& c) -> Status {
+      SNCCL_ASSIGN_OR_RETURN(auto* r, c.irecv(data[0], sizes[0], tags[0]));
+      *req = r;
+      return OkStatus();
+    });
   }
 
   bool retargetRecv(Request* req, void* data, size_t size, MemHandle*) override {
-    auto* r = static_cast<SockRequest*>(req);
-    return r->conn->retarget(r, data, size);
+    return withRequest(req, [&](auto* r) { return r->conn->retarget(r, data, size); });
   }
 
   // Host memory is coherent: nothing to flush, so no request (the caller treats a null
@@ -174,48 +257,39 @@ class SocketNet : public Net {
   }
 
   Status test(Request* req, bool* done, size_t* sizes, uint32_t* imm) override {
-    auto* r = static_cast<SockRequest*>(req);
-    return r->conn->test(r, done, sizes, imm);
+    return withRequest(req, [&](auto* r) { return r->conn->test(r, done, sizes, imm); });
   }
 
   bool pollFds(const Comm* comm, std::vector<pollfd>* fds) const override {
-    if (auto* s = dynamic_cast<const SocketSend*>(comm)) {
-      s->conn.pollFds(fds);
-    } else if (auto* r = dynamic_cast<const SocketRecv*>(comm)) {
-      r->conn.pollFds(fds);
-    } else if (auto* l = dynamic_cast<const SocketListen*>(comm)) {
-      l->pollFds(fds);
-    }
+    if (const SocketEnd* e = endOf(comm)) return e->with([&](const auto& c) { return c.pollFds(fds); });
+    if (auto* l = dynamic_cast<const SocketListen*>(comm)) l->pollFds(fds);
     return true;
   }
 
   bool quiescent(const Comm* comm) const override {
-    if (auto* s = dynamic_cast<const SocketSend*>(comm)) return s->conn.quiescent();
-    if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.quiescent();
-    return false;
+    const SocketEnd* e = endOf(comm);
+    return e != nullptr && e->with([](const auto& c) { return c.quiescent(); });
   }
 
   Status closeSend(SendComm* comm, uint32_t abortCode) override {
     auto* s = static_cast<SocketSend*>(comm);
-    s->conn.close(abortCode, kLingerMs);
+    s->end.with([&](auto& c) { c.close(abortCode, kLingerMs); });
     delete s;
     return OkStatus();
   }
   Status closeRecv(RecvComm* comm, uint32_t abortCode) override {
     auto* r = static_cast<SocketRecv*>(comm);
-    r->conn.close(abortCode, kLingerMs);
+    r->end.with([&](auto& c) { c.close(abortCode, kLingerMs); });
     delete r;
     return OkStatus();
   }
   uint32_t peerAbortCode(const Comm* comm) const override {
-    if (auto* s = dynamic_cast<const SocketSend*>(comm)) return s->conn.peerAbortCode();
-    if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.peerAbortCode();
-    return 0;
+    const SocketEnd* e = endOf(comm);
+    return e == nullptr ? 0 : e->with([](const auto& c) { return c.peerAbortCode(); });
   }
   bool peerClosed(const Comm* comm) const override {
-    if (auto* s = dynamic_cast<const SocketSend*>(comm)) return s->conn.peerClosed();
-    if (auto* r = dynamic_cast<const SocketRecv*>(comm)) return r->conn.peerClosed();
-    return false;
+    const SocketEnd* e = endOf(comm);
+    return e != nullptr && e->with([](const auto& c) { return c.peerClosed(); });
   }
   Status closeListen(ListenComm* comm) override {
     delete static_cast<SocketListen*>(comm);
@@ -238,8 +312,11 @@ class SocketNet : public Net {
   }
 
   // Set once by init() (under defaultNet's once-flag), read-only afterwards.
-  sock::Interface iface_;
-  int nstreams_ = 1;
+  std::vector<sock::Interface> rails_;
+  sock::Interface iface_;  // rails_[0]
+  int nstreams_ = 1;       // per rail
+  bool adaptive_ = false;
+  MultipathConfig mpConfig_;
   socknet::SocketTuning tuning_;
 };
 

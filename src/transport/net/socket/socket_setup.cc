@@ -26,6 +26,14 @@ using sockwire::HandleWire;
 // A connector greets each socket as soon as it is connected.
 constexpr std::chrono::milliseconds kGreetingDeadline{5000};
 
+// The any-address of a's family (port 0): a listener for several rails.
+sock::Address wildcard(const sock::Address& a) {
+  sockaddr_storage ss{};
+  ss.ss_family = sa_family_t(a.family());
+  return sock::Address(reinterpret_cast<const sockaddr*>(&ss),
+                       a.family() == AF_INET6 ? socklen_t(sizeof(sockaddr_in6)) : socklen_t(sizeof(sockaddr_in)));
+}
+
 bool retryableConnectErrno(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
          err == ECONNRESET || err == EAGAIN || err == ECONNABORTED;
@@ -103,9 +111,14 @@ Status tuneSocket(int fd, const SocketTuning& t) {
 // ---- Listener ----------------------------------------------------------------------
 
 Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& bindAddr, int nstreams,
-                                                           const SocketTuning& tuning, Handle* handle) {
+                                                           const SocketTuning& tuning, Handle* handle,
+                                                           const RailPlan& plan) {
+  if (plan.rails.size() > size_t(sockwire::kMaxRails))
+    return InvalidArgument("NET/Socket: %zu rails; at most %d", plan.rails.size(), sockwire::kMaxRails);
   auto l = std::make_unique<SocketListen>();
-  SNCCL_ASSIGN_OR_RETURN(l->listener_, sock::Socket::listen(bindAddr, false));
+  l->plan_ = plan;
+  const bool multiRail = plan.rails.size() > 1;
+  SNCCL_ASSIGN_OR_RETURN(l->listener_, sock::Socket::listen(multiRail ? wildcard(bindAddr) : bindAddr, false));
   l->nonce_ = randomNonce();
   l->nstreams_ = nstreams;
   l->tuning_ = tuning;
@@ -120,7 +133,17 @@ Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& 
   w.version = sockwire::kVersion;
   w.nstreams = uint16_t(nstreams);
   w.nonce = l->nonce_;
-  w.addr = l->listener_.peer().toWire();
+  w.nrails = uint8_t(std::max<size_t>(1, plan.rails.size()));
+  w.adaptive = plan.adaptive ? 1 : 0;
+  w.chunkBytes = uint32_t(plan.chunkBytes);
+  if (multiRail) {
+    sock::Address a = plan.rails[0];
+    a.setPort(l->listener_.peer().port());
+    w.addr = a.toWire();
+    for (size_t k = 1; k < plan.rails.size(); ++k) std::memcpy(w.railAddr[k - 1], plan.rails[k].toWire().addr, 16);
+  } else {
+    w.addr = l->listener_.peer().toWire();
+  }
   handle->bytes.assign(sockwire::kHandleBytes, 0);
   std::memcpy(handle->bytes.data(), &w, sizeof w);
   return l;
@@ -158,7 +181,8 @@ void SocketListen::pollFds(std::vector<pollfd>* fds) const { greeter_->pollFds(l
 
 // ---- Connector ---------------------------------------------------------------------
 
-Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const SocketTuning& tuning) {
+Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const SocketTuning& tuning,
+                                                    const std::vector<sock::Address>& localRails) {
   const int timeoutSec = tuning.timeoutSec;
   auto c = std::make_unique<Connector>();
   if (handle.bytes.size() != sockwire::kHandleBytes)
@@ -167,11 +191,28 @@ Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const 
                          handle.bytes.size(), sockwire::kHandleBytes);
   std::memcpy(&c->wire_, handle.bytes.data(), sizeof c->wire_);
   const HandleWire& w = c->wire_;
-  if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams > sockwire::kMaxStreams)
+  if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams > sockwire::kMaxStreams ||
+      w.nrails < 1 || w.nrails > sockwire::kMaxRails)
     return InternalError("NET/Socket: the peer's listen handle is not a socket-net handle of version %u "
-                         "(magic %08x, version %u, %u streams)",
-                         sockwire::kVersion, w.magic, w.version, w.nstreams);
+                         "(magic %08x, version %u, %u streams, %u rails)",
+                         sockwire::kVersion, w.magic, w.version, w.nstreams, w.nrails);
+  if (w.adaptive != 0 && (w.chunkBytes < 4096 || w.chunkBytes > (16u << 20)))
+    return InternalError("NET/Socket: the peer's listen handle asks for %u-byte chunks", w.chunkBytes);
   SNCCL_ASSIGN_OR_RETURN(c->to_, sock::Address::fromWire(w.addr));
+  c->targets_.push_back(c->to_);
+  for (int k = 1; k < w.nrails; ++k) {
+    sock::Address::Wire rw = w.addr;
+    std::memcpy(rw.addr, w.railAddr[k - 1], 16);
+    SNCCL_ASSIGN_OR_RETURN(sock::Address a, sock::Address::fromWire(rw));
+    c->targets_.push_back(a);
+  }
+  if (localRails.size() > 1) {
+    for (sock::Address a : localRails) {
+      if (a.family() != c->to_.family()) continue;
+      a.setPort(0);
+      c->locals_.push_back(a);
+    }
+  }
   c->tuning_ = tuning;
   c->start_ = sock::Clock::now();
   c->deadline_ = timeoutSec > 0 ? c->start_ + std::chrono::seconds(timeoutSec) : sock::Clock::time_point::max();
@@ -180,11 +221,12 @@ Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const 
 }
 
 Status Connector::retryLater(Slot& s, int err) {
+  const sock::Address to = s.sock.peer();
   s.sock.close();
   s.state = State::kIdle;
   s.lastErr = err;
   if (!retryableConnectErrno(err))
-    return ErrnoError(err, "NET/Socket: connect to %s failed", to_.toString().c_str());
+    return ErrnoError(err, "NET/Socket: connect to %s failed", to.toString().c_str());
   ++s.attempts;
   // Linear back-off, as the bootstrap: the peer most likely is reachable in a moment.
   s.retryAt = sock::Clock::now() + std::chrono::milliseconds(std::min(100 * s.attempts, 1000));
@@ -192,13 +234,20 @@ Status Connector::retryLater(Slot& s, int err) {
 }
 
 Status Connector::stepSlot(int index, Slot& s) {
+  const sock::Address& to = targets_[size_t(index) % targets_.size()];
   if (s.state == State::kIdle) {
     if (sock::Clock::now() < s.retryAt) return OkStatus();
-    int fd = ::socket(to_.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ErrnoError(errno, "NET/Socket: socket() to connect to %s", to_.toString().c_str());
-    s.sock = sock::Socket(fd, to_);
+    int fd = ::socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoError(errno, "NET/Socket: socket() to connect to %s", to.toString().c_str());
+    s.sock = sock::Socket(fd, to);
     SNCCL_TRY(tuneSocket(fd, tuning_));
-    if (::connect(fd, to_.sa(), to_.len()) == 0) {
+    if (!locals_.empty()) {
+      const sock::Address& from = locals_[size_t(index) % locals_.size()];
+      if (::bind(fd, from.sa(), from.len()) != 0)
+        return ErrnoError(errno, "NET/Socket: binding a socket to rail %s to connect to %s", from.toString().c_str(),
+                          to.toString().c_str());
+    }
+    if (::connect(fd, to.sa(), to.len()) == 0) {
       s.state = State::kGreeting;
     } else if (errno == EINPROGRESS || errno == EINTR) {
       s.state = State::kConnecting;

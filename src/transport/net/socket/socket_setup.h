@@ -44,16 +44,28 @@ Status checkCongestion(const std::string& name);
 // congestion control, on both ends (each end's sender is governed by its own socket).
 Status tuneSocket(int fd, const SocketTuning& t);
 
+// How a listener's connections spread over this node's interfaces.
+struct RailPlan {
+  // The rails' addresses (any port), at most sockwire::kMaxRails. With more than one the
+  // listener takes connections on every address of its family, and the handle lists them.
+  std::vector<sock::Address> rails;
+  bool adaptive = false;  // the connection is a MultipathConn
+  size_t chunkBytes = 0;  // adaptive: its chunk size
+};
+
 class SocketListen : public ListenComm {
  public:
+  // bindAddr is rails[0] when the plan names rails.
   static Result<std::unique_ptr<SocketListen>> create(const sock::Address& bindAddr, int nstreams,
-                                                      const SocketTuning& tuning, Handle* handle);
+                                                      const SocketTuning& tuning, Handle* handle,
+                                                      const RailPlan& plan = {});
 
   // Accepts and sorts what has arrived. Returns the sockets (control first) once the
   // whole connection is there, an empty vector before.
   Result<std::vector<sock::Socket>> tryAccept();
   void pollFds(std::vector<pollfd>* fds) const;
   const sock::Address& address() const { return listener_.peer(); }
+  const RailPlan& plan() const { return plan_; }
 
  private:
   // The greeting of one socket: a Hello with this listener's nonce (sock::Greeter::Framer).
@@ -64,19 +76,26 @@ class SocketListen : public ListenComm {
   uint64_t nonce_ = 0;
   int nstreams_ = 0;
   SocketTuning tuning_;
+  RailPlan plan_;
   std::unique_ptr<sock::Greeter> greeter_;  // sockets accepted, not yet greeted
   std::vector<sock::Socket> slots_;  // [0] control, [1..] streams
   int have_ = 0;
 };
 
 // An in-progress connect. Retries refused connections with a linear back-off until the
-// deadline, as the bootstrap does.
+// deadline, as the bootstrap does. Socket i goes to the peer's rail i % (its rails), from
+// this node's rail i % localRails.size() when there are several (bound before connect).
 class Connector {
  public:
-  static Result<std::unique_ptr<Connector>> start(const Handle& handle, const SocketTuning& tuning);
+  static Result<std::unique_ptr<Connector>> start(const Handle& handle, const SocketTuning& tuning,
+                                                  const std::vector<sock::Address>& localRails = {});
   // The connected sockets (control first) once all are open and greeted; empty before.
   Result<std::vector<sock::Socket>> step();
   const sock::Address& target() const { return to_; }
+  // What the listener's handle asked for.
+  bool adaptive() const { return wire_.adaptive != 0; }
+  size_t chunkBytes() const { return wire_.chunkBytes; }
+  int rails() const { return int(targets_.size()); }
 
  private:
   enum class State { kIdle, kConnecting, kGreeting, kDone };
@@ -92,6 +111,8 @@ class Connector {
   Status retryLater(Slot& s, int err);
 
   sock::Address to_;
+  std::vector<sock::Address> targets_;  // the peer's rails, with the listener's port
+  std::vector<sock::Address> locals_;   // this node's rails to bind to (none: the kernel picks)
   sockwire::HandleWire wire_{};
   SocketTuning tuning_;
   sock::Clock::time_point start_;

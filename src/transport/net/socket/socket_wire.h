@@ -21,8 +21,9 @@
 namespace snccl::net::sockwire {
 
 constexpr uint32_t kMagic = 0x736e4e54;  // "sNNT"
-constexpr uint16_t kVersion = 4;         // 2: kInlineMax 256 -> 4096; 3: -> 65536; 4: 32-bit imm
+constexpr uint16_t kVersion = 5;         // 2: kInlineMax 256 -> 4096; 3: -> 65536; 4: 32-bit imm; 5: rails
 constexpr int kMaxStreams = 64;          // NCCL's limit on threads x sockets per thread
+constexpr int kMaxRails = 4;             // interfaces one connection spreads over
 // Payloads up to this size ride in the MSG frame: one write and one read per message
 // instead of a frame plus a stream part, each waited for. Over TCP between namespaces a
 // 512 B AllReduce took 50-60 us with 256, against 30 us for 64 B; with 4096, sendrecv of
@@ -32,13 +33,21 @@ constexpr size_t kInlineMax = 65536;
 constexpr size_t kMinPart = 32 * 1024;   // smaller parts cost more in syscalls than they gain
 constexpr size_t kPartAlign = 64;
 
+// Socket i (0: the control socket, or the first path) goes to rail i % nrails: rail 0 is
+// `addr`, rail k > 0 has railAddr[k - 1] (same family and port as `addr`).
 struct HandleWire {
   uint32_t magic;
   uint16_t version;
   uint16_t nstreams;
   uint64_t nonce;
   sock::Address::Wire addr;
+  uint8_t nrails;
+  uint8_t adaptive;     // 1: every socket is a path of a MultipathConn; 0: Conn
+  uint16_t reserved;
+  uint32_t chunkBytes;  // adaptive: the chunk size both ends use
+  uint8_t railAddr[kMaxRails - 1][16];
 };
+static_assert(sizeof(HandleWire) == 96);
 
 // Bytes of a socket listen handle (net::Handle), as NCCL_NET_HANDLE_MAXSIZE: HandleWire
 // and the connect stage (socket_net.cc).
@@ -64,6 +73,30 @@ struct Frame {
   uint32_t reserved;  // 0
 };
 static_assert(sizeof(Frame) == 24);
+
+// A record of the adaptive multipath connection (multipath_conn.h), in either direction.
+enum MpType : uint16_t {
+  kMpChunk = 1,  // sender: a chunk of message `seq` at `offset`; `len` payload bytes follow
+  kMpCts = 2,    // receiver: receive number `seq` is posted for `total` bytes with `tag`
+  kMpAck = 3,    // receiver: this path delivered `seq` chunks so far
+  kMpPing = 4,   // sender: answer on this path
+  kMpPong = 5,   // receiver: the answer
+  kMpDrop = 6,   // either end: path `path` is dead; stop using it
+  kMpBye = 7,    // either end: clean close
+  kMpAbort = 8,  // either end: failed with code `imm`
+};
+
+struct MpRecord {
+  uint16_t type;
+  uint16_t path;
+  uint32_t imm;     // CHUNK: the message's imm; ABORT: the code
+  uint64_t seq;
+  uint64_t total;   // CHUNK: message bytes; CTS: posted bytes
+  uint64_t offset;  // CHUNK: where the payload goes
+  int32_t tag;
+  uint32_t len;     // CHUNK: payload bytes that follow
+};
+static_assert(sizeof(MpRecord) == 40);
 
 struct Part {
   int stream;

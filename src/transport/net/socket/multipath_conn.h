@@ -1,0 +1,196 @@
+// An adaptive multipath socket-net connection (SNCCL_ROUTING=adaptive): one message is
+// cut into chunks, and each path (a TCP socket, usually one per rail) pulls the next chunk
+// when it has room, so a path takes what it delivers now instead of a fixed share.
+//
+// Every socket of the connection is a path; they are equal (there is no control socket to
+// lose). Towards the receiver a path carries CHUNK records (a header and the payload,
+// written to the caller's buffer at the chunk's offset, so chunks may arrive in any order
+// over the paths); back towards the sender it carries CTS (a posted receive: the sender's
+// credit), ACK (how many chunks this path delivered so far) and PONG records. The
+// receiver writes each CTS on every live path and the sender keeps the first copy, so a
+// credit survives the loss of any path but the last.
+//
+// Room on a path is a window of unacknowledged bytes: the path's delivery rate (an
+// average over its acknowledgements) times kTargetDelay, at least two chunks. A path that
+// slows down gets fewer chunks, one that recovers more; all paths end up with about the
+// same queueing delay, so the chunks of one message finish together.
+//
+// A send completes when all its chunks are acknowledged (not when they are written): so a
+// chunk still in a path that dies can be sent again. A path dies when its socket fails or
+// ends, or when it has chunks unacknowledged for SNCCL_SOCKET_PATH_TIMEOUT milliseconds
+// while the receiver answers on another path (the sender asks with a PING after half of
+// that time): a cut cable stalls TCP without any error for minutes. The sender then sends
+// the path's unacknowledged chunks again on the others and tells the receiver with a
+// DROP record; the receiver stops reading the path. Writes are idempotent and the receiver
+// counts each chunk once (a bitmap per message), so duplicates are harmless; a chunk that
+// arrives for a message already complete is read into a sink. Only when the last path dies
+// does the connection fail.
+//
+// Requests complete in the order they were posted (Net's contract).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "transport/net/socket/socket_conn.h"
+
+namespace snccl::net::socknet {
+
+struct MultipathConfig {
+  size_t chunkBytes = 128 * 1024;  // from the receiver's handle: both ends use the same
+  int stallMs = 1000;              // SNCCL_SOCKET_PATH_TIMEOUT
+};
+
+class MultipathConn;
+
+class MpRequest : public SockReqBase {
+ public:
+  MpRequest() { multipath = true; }
+  MultipathConn* conn = nullptr;
+  bool used = false;
+  bool complete = false;
+  uint64_t seq = 0;  // message number on this connection (both ends count the same)
+  char* data = nullptr;
+  size_t size = 0;  // receive: posted bytes until matched, then the message's bytes
+  int tag = 0;
+  uint32_t imm = 0;
+  uint32_t nchunks = 0;
+  // Sender: the next chunk never sent, chunks acknowledged, chunks to send again.
+  uint32_t nextChunk = 0;
+  uint32_t acked = 0;
+  std::vector<uint32_t> retry;
+  // Receiver: the first chunk header arrived; which chunks arrived.
+  bool matched = false;
+  char* target = nullptr;  // retarget()
+  size_t targetSize = 0;
+  std::vector<uint64_t> got;
+  uint32_t gotCount = 0;
+};
+
+class MultipathConn {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Every socket is a path, named in messages by its addresses.
+  MultipathConn(bool sender, std::vector<sock::Socket> socks, std::string what, MultipathConfig cfg);
+  MultipathConn(const MultipathConn&) = delete;
+  MultipathConn& operator=(const MultipathConn&) = delete;
+
+  Result<MpRequest*> isend(void* data, size_t size, int tag, uint32_t imm);
+  Result<MpRequest*> irecv(void* data, size_t size, int tag);
+  Status test(MpRequest* r, bool* done, size_t* size, uint32_t* imm);
+  bool retarget(MpRequest* r, void* data, size_t size);
+  // False while a path has chunks unacknowledged: the stall check needs a timer then.
+  bool pollFds(std::vector<pollfd>* fds) const;
+  bool quiescent() const;
+  void close(uint32_t abortCode, int lingerMs);
+  uint32_t peerAbortCode() const { return peerAbort_; }
+  bool peerClosed() const { return peerBye_ && peerAbort_ == 0; }
+
+  // For tests and sn_info-style reports.
+  int paths() const { return int(paths_.size()); }
+  int livePaths() const;
+  // Payload bytes a path delivered: acknowledged (sender) or received (receiver).
+  uint64_t pathBytes(int i) const { return paths_[size_t(i)].bytes; }
+  // Sender: the path's window, and its bytes written and not yet acknowledged.
+  size_t pathWindow(int i) const { return paths_[size_t(i)].window; }
+  size_t pathInFlight(int i) const { return paths_[size_t(i)].unackedBytes; }
+
+ private:
+  struct Credit {
+    size_t size;
+    int tag;
+  };
+  struct ChunkRef {
+    MpRequest* req;
+    uint32_t index;
+    uint32_t len;
+  };
+  struct Path {
+    sock::Socket sock;
+    std::string label;
+    bool alive = true;
+    uint64_t bytes = 0;
+    // Records to write in this end's direction (sender: DROP, BYE, ABORT, PING; receiver:
+    // CTS, BYE, ABORT, PONG), and the cumulative ACK not yet written (receiver).
+    std::vector<char> out;
+    size_t outOff = 0;
+    uint64_t ackQueued = 0;
+    uint64_t ackWritten = 0;
+    // Incoming records being assembled (a receiver reads one header at a time, so that a
+    // chunk's payload goes straight to its place).
+    std::vector<char> in;
+    size_t inLen = 0;
+    bool byeSeen = false;         // the peer's BYE arrived on this path
+    bool shutAfterFlush = false;  // receiver: answered a BYE; end the path once it is written
+    // Sender: the chunk being written (header + payload), chunks not yet acknowledged
+    // (the one being written is the last), the window, the rate estimate.
+    bool writing = false;
+    std::array<char, 40> hdr{};
+    ChunkRef cur{};
+    size_t wdone = 0;
+    std::deque<ChunkRef> unacked;
+    size_t unackedBytes = 0;
+    uint64_t acked = 0;
+    Clock::time_point lastProgress{};  // last acknowledgement, or when unacked became non-empty
+    Clock::time_point lastHeard{};     // last record of any kind from the receiver
+    bool pinged = false;
+    Clock::time_point pingAt{};
+    double rate = 0;  // bytes per second
+    size_t window = 0;
+    uint64_t sampleBytes = 0;  // acknowledged since the last rate sample
+    double sampleSec = 0;      // busy time since the last rate sample
+    // Receiver: the chunk being read.
+    bool reading = false;
+    char* dst = nullptr;  // null: read into the sink
+    MpRequest* rreq = nullptr;
+    uint32_t rindex = 0;
+    size_t rlen = 0;
+    size_t rdone = 0;
+    uint64_t received = 0;  // chunks fully read (what ACK reports)
+  };
+
+  Status progress();
+  Status sendAll();
+  // Writes what path i has under way; with `pull`, then at most one new chunk (*took).
+  Status sendPath(size_t i, bool pull, bool* took = nullptr);
+  Status readPath(size_t i);
+  Status flushOut(Path& p, size_t i);
+  Status handleRecord(size_t i, const char* rec);
+  Status startChunk(size_t i, const char* rec);
+  void chunkDone(size_t i);
+  void ackChunks(Path& p, uint64_t count, Clock::time_point now);
+  bool pullChunk(ChunkRef* c);
+  Status pathFailed(size_t i, const Status& why);
+  Status checkStalls(Clock::time_point now);
+  void queueRecord(Path& p, const void* rec);
+  void queueAll(const void* rec);
+  Status fail(Status s);
+  MpRequest* allocRequest();
+  void releaseRequest(MpRequest* r);
+  bool inOrderComplete(const MpRequest* r) const;
+
+  const bool sender_;
+  const MultipathConfig cfg_;
+  std::vector<Path> paths_;
+  std::string what_;
+  std::array<MpRequest, kMaxRequests> pool_;
+  std::deque<MpRequest*> order_;  // live requests, oldest first
+  std::deque<Credit> credits_;    // sender: the peer's posted receives, in order
+  uint64_t creditsSeen_ = 0;      // sender: CTS records kept (the next one's number)
+  uint64_t seq_ = 0;              // messages started
+  bool wantCredit_ = false;
+  std::vector<size_t> order64_;  // sendAll's scratch: paths that may take a chunk
+  std::vector<char> sink_;
+  uint32_t peerAbort_ = 0;
+  bool peerBye_ = false;
+  bool byeSent_ = false;
+  bool closing_ = false;  // close(): a path that ends now is no news
+  Status error_;
+};
+
+}  // namespace snccl::net::socknet

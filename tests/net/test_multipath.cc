@@ -1,0 +1,304 @@
+// Unit tests of the adaptive multipath connection (multipath_conn.h) on loopback, with two
+// "rails" (127.0.0.1 and 127.0.0.2, both on lo): chunking and reassembly for every size
+// class, many messages in flight, completion order, retargeting, both paths carrying
+// data, a path that fails mid-transfer (its chunks go again on the other path and every
+// message arrives intact), the last path failing (an error, not a hang), aborts and
+// clean closes. A path cut without any error (a pulled cable) is in test_net_multirail.
+//
+// Both ends run on the test thread (the connection is non-blocking).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/socket.h"
+#include "transport/net/socket/multipath_conn.h"
+#include "transport/net/socket/socket_setup.h"
+
+namespace snccl::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using socknet::MpRequest;
+using socknet::MultipathConn;
+
+constexpr size_t kChunk = 64 * 1024;
+
+std::vector<char> pattern(size_t n, uint32_t seed) {
+  std::vector<char> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    v[i] = char(x >> 24);
+  }
+  return v;
+}
+
+sock::Address loop(const char* host) {
+  sock::Address a = sock::Address::parse(std::string(host) + ":1").value();
+  a.setPort(0);
+  return a;
+}
+
+// Opens one adaptive connection of `sockets` paths over two loopback rails (bounded).
+void openPaths(int sockets, std::vector<sock::Socket>* ss, std::vector<sock::Socket>* rs,
+               size_t* chunk = nullptr) {
+  socknet::RailPlan plan;
+  plan.rails = {loop("127.0.0.1"), loop("127.0.0.2")};
+  plan.adaptive = true;
+  plan.chunkBytes = kChunk;
+  Handle h{};
+  socknet::SocketTuning tuning{20, ""};
+  auto l = socknet::SocketListen::create(plan.rails[0], sockets - 1, tuning, &h, plan);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  auto c = socknet::Connector::start(h, tuning, plan.rails);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c.value()->adaptive());
+  EXPECT_EQ(c.value()->rails(), 2);
+  if (chunk != nullptr) *chunk = c.value()->chunkBytes();
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while ((ss->empty() || rs->empty()) && Clock::now() < deadline) {
+    if (ss->empty()) *ss = c.value()->step().value();
+    if (rs->empty()) *rs = l.value()->tryAccept().value();
+  }
+  ASSERT_EQ(ss->size(), size_t(sockets));
+  ASSERT_EQ(rs->size(), size_t(sockets));
+  // Socket i goes to rail i % 2, from rail i % 2.
+  for (int i = 0; i < sockets; ++i) {
+    EXPECT_EQ((*ss)[size_t(i)].peer().hostString(), i % 2 == 0 ? "127.0.0.1" : "127.0.0.2");
+    EXPECT_EQ((*ss)[size_t(i)].localAddress().value().hostString(), i % 2 == 0 ? "127.0.0.1" : "127.0.0.2");
+  }
+}
+
+struct Ends {
+  std::unique_ptr<MultipathConn> tx, rx;
+  std::vector<int> txFds, rxFds;  // the paths' descriptors, for failure injection
+};
+
+void openEnds(int sockets, Ends* e) {
+  std::vector<sock::Socket> ss, rs;
+  size_t chunk = 0;
+  openPaths(sockets, &ss, &rs, &chunk);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_EQ(chunk, kChunk);
+  for (auto& s : ss) e->txFds.push_back(s.fd());
+  for (auto& s : rs) e->rxFds.push_back(s.fd());
+  e->tx = std::make_unique<MultipathConn>(true, std::move(ss), "test send", socknet::MultipathConfig{kChunk, 300});
+  e->rx = std::make_unique<MultipathConn>(false, std::move(rs), "test recv", socknet::MultipathConfig{kChunk, 300});
+}
+
+// Sends every message of `sizes` (posting up to `window` at a time on each end) and checks
+// each arrives whole, with its imm, in order. `during(sent)` runs on every pass.
+void transfer(Ends& e, const std::vector<size_t>& sizes, int window, const std::function<void(size_t)>& during = {}) {
+  std::vector<std::vector<char>> src, dst;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    src.push_back(pattern(sizes[i], uint32_t(i + 1)));
+    dst.emplace_back(sizes[i] + 100, char(0x5a));
+  }
+  std::deque<std::pair<size_t, MpRequest*>> sends, recvs;
+  size_t posted = 0, sent = 0, sendsDone = 0, recvsDone = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (recvsDone < sizes.size() && Clock::now() < deadline) {
+    while (posted < sizes.size() && recvs.size() < size_t(window)) {
+      auto r = e.rx->irecv(dst[posted].data(), dst[posted].size(), 3);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      if (r.value() == nullptr) break;
+      recvs.emplace_back(posted++, r.value());
+    }
+    while (sent < sizes.size() && sends.size() < size_t(window)) {
+      auto r = e.tx->isend(src[sent].data(), src[sent].size(), 3, uint32_t(1000 + sent));
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      if (r.value() == nullptr) break;
+      sends.emplace_back(sent++, r.value());
+    }
+    if (!sends.empty()) {
+      bool done = false;
+      size_t n = 0;
+      Status s = e.tx->test(sends.front().second, &done, &n, nullptr);
+      ASSERT_TRUE(s.ok()) << s.message();
+      if (done) {
+        EXPECT_EQ(n, sizes[sends.front().first]);
+        EXPECT_EQ(sends.front().first, sendsDone++);
+        sends.pop_front();
+      }
+    }
+    if (!recvs.empty()) {
+      bool done = false;
+      size_t n = 0;
+      uint32_t imm = 0;
+      Status s = e.rx->test(recvs.front().second, &done, &n, &imm);
+      ASSERT_TRUE(s.ok()) << s.message();
+      if (done) {
+        size_t i = recvs.front().first;
+        EXPECT_EQ(i, recvsDone++);
+        EXPECT_EQ(n, sizes[i]);
+        EXPECT_EQ(imm, 1000 + i);
+        EXPECT_EQ(std::memcmp(dst[i].data(), src[i].data(), sizes[i]), 0) << "message " << i << " of " << sizes[i];
+        EXPECT_EQ(dst[i][sizes[i]], char(0x5a)) << "message " << i << " wrote past its end";
+        recvs.pop_front();
+      }
+    }
+    if (during) during(sent);
+  }
+  ASSERT_EQ(recvsDone, sizes.size()) << "receives did not complete within 60 s";
+  // The receiver acknowledged every chunk when it completed the last receive (progress
+  // flushes acknowledgements after reading): the sends complete without it.
+  while (!sends.empty() && Clock::now() < deadline) {
+    bool done = false;
+    ASSERT_TRUE(e.tx->test(sends.front().second, &done, nullptr, nullptr).ok());
+    if (done) sends.pop_front();
+  }
+  ASSERT_TRUE(sends.empty()) << "sends did not complete within 60 s";
+}
+
+TEST(Multipath, EverySizeClassArrivesWholeAndInOrder) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  transfer(e, {0, 1, 7, 4095, kChunk - 1, kChunk, kChunk + 1, 3 * kChunk + 13, (1 << 20) + 5, 0, 8 << 20, 33}, 4);
+  EXPECT_EQ(e.tx->livePaths(), 2);
+}
+
+TEST(Multipath, ManyMessagesInFlightUseBothRails) {
+  Ends e;
+  openEnds(4, &e);
+  if (HasFatalFailure()) return;
+  std::vector<size_t> sizes(200, 512 * 1024 + 64);
+  transfer(e, sizes, 16);
+  for (int i = 0; i < 4; ++i) EXPECT_GT(e.tx->pathBytes(i), 0u) << "path " << i << " carried nothing";
+  uint64_t total = 0;
+  for (int i = 0; i < 4; ++i) total += e.tx->pathBytes(i);
+  EXPECT_EQ(total, 200u * (512 * 1024 + 64));
+}
+
+// A path whose socket fails mid-transfer (here: shut down under the sender) is dropped;
+// its unacknowledged chunks go again on the other, and every message arrives intact.
+TEST(Multipath, FailedPathIsDroppedAndItsChunksResent) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  std::vector<size_t> sizes(120, 1 << 20);
+  bool cut = false;
+  transfer(e, sizes, 8, [&](size_t sent) {
+    if (!cut && sent >= 30 && e.tx->pathInFlight(1) > 0) {  // chunks to send again
+      ::shutdown(e.txFds[1], SHUT_RDWR);
+      cut = true;
+    }
+  });
+  EXPECT_TRUE(cut);
+  EXPECT_EQ(e.tx->livePaths(), 1);
+}
+
+// The same from the receiving end: its socket of path 0 fails; the sender learns it from
+// the failed socket (or the receiver's DROP) and finishes on path 1.
+TEST(Multipath, PathFailingAtTheReceiverIsSurvived) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  std::vector<size_t> sizes(80, 700001);
+  bool cut = false;
+  transfer(e, sizes, 8, [&](size_t sent) {
+    if (!cut && sent >= 20) {
+      ::shutdown(e.rxFds[0], SHUT_RDWR);
+      cut = true;
+    }
+  });
+  EXPECT_TRUE(cut);
+}
+
+// Retargeting a posted receive before any chunk of its message arrived moves the message.
+TEST(Multipath, RetargetBeforeTheFirstChunk) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  std::vector<char> src = pattern(300000, 9), posted(400000, 0), target(300000, 0);
+  auto r = e.rx->irecv(posted.data(), posted.size(), 1);
+  ASSERT_TRUE(r.ok() && r.value() != nullptr);
+  EXPECT_TRUE(e.rx->retarget(r.value(), target.data(), target.size()));
+  MpRequest* s = nullptr;
+  bool sdone = false, rdone = false;
+  size_t n = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while ((!sdone || !rdone) && Clock::now() < deadline) {
+    if (s == nullptr) s = e.tx->isend(src.data(), src.size(), 1, 5).value();
+    if (s != nullptr && !sdone) {
+      ASSERT_TRUE(e.tx->test(s, &sdone, nullptr, nullptr).ok());
+    }
+    if (!rdone) {
+      ASSERT_TRUE(e.rx->test(r.value(), &rdone, &n, nullptr).ok());
+    }
+  }
+  ASSERT_TRUE(sdone && rdone);
+  EXPECT_EQ(n, src.size());
+  EXPECT_EQ(std::memcmp(target.data(), src.data(), src.size()), 0);
+  EXPECT_EQ(posted[0], 0);
+}
+
+// With every path gone the connection fails with an error naming the last one; it does
+// not hang.
+TEST(Multipath, LosingEveryPathIsAnError) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  std::vector<char> src = pattern(4 << 20, 3), dst(4 << 20);
+  auto r = e.rx->irecv(dst.data(), dst.size(), 0);
+  ASSERT_TRUE(r.ok());
+  MpRequest* s = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (s == nullptr && Clock::now() < deadline) {
+    bool rdone = false;
+    ASSERT_TRUE(e.rx->test(r.value(), &rdone, nullptr, nullptr).ok());
+    s = e.tx->isend(src.data(), src.size(), 0, 0).value();
+  }
+  ASSERT_NE(s, nullptr);
+  ::shutdown(e.rxFds[0], SHUT_RDWR);
+  ::shutdown(e.rxFds[1], SHUT_RDWR);
+  Status st;
+  bool done = false;
+  while (st.ok() && !done && Clock::now() < deadline) st = e.tx->test(s, &done, nullptr, nullptr);
+  EXPECT_FALSE(st.ok()) << "the send completed or hung with no path left";
+  EXPECT_NE(st.message().find("the last of 2"), std::string::npos) << st.message();
+}
+
+// An abort code reaches the peer on the surviving paths.
+TEST(Multipath, AbortCodeReachesThePeer) {
+  Ends e;
+  openEnds(3, &e);
+  if (HasFatalFailure()) return;
+  std::vector<char> dst(1000);
+  auto r = e.rx->irecv(dst.data(), dst.size(), 0);
+  ASSERT_TRUE(r.ok());
+  e.tx->close(0x305, 0);
+  Status st;
+  bool done = false;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (st.ok() && !done && Clock::now() < deadline) st = e.rx->test(r.value(), &done, nullptr, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(e.rx->peerAbortCode(), 0x305u);
+}
+
+// A clean close: the receiver learns it is a goodbye, not a loss.
+TEST(Multipath, CleanCloseIsAGoodbye) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  transfer(e, {1000, 200000}, 2);
+  std::vector<char> dst(1000);
+  auto r = e.rx->irecv(dst.data(), dst.size(), 0);
+  ASSERT_TRUE(r.ok());
+  e.tx->close(0, 1000);
+  Status st;
+  bool done = false;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (st.ok() && !done && Clock::now() < deadline) st = e.rx->test(r.value(), &done, nullptr, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(e.rx->peerClosed());
+}
+
+}  // namespace
+}  // namespace snccl::net

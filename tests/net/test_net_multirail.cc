@@ -1,0 +1,140 @@
+// Emulated nodes with two rails each (two interfaces on two separate bridges and subnets,
+// netns.h): with SNCCL_SOCKET_IFNAME matching both, every connection spreads over both.
+// Every collective is correct with adaptive routing (odd rank count) and with static
+// routing; and a rail whose cable is pulled while ranks loop on AllReduce (no error on
+// any socket: TCP just stops hearing back) costs no error and no hang: adaptive routing
+// drops the cut path and sends its chunks again on the other rail.
+//
+// Needs root and iproute2; otherwise each test is skipped with a message saying so.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "net/net_checks.h"
+#include "net/net_cluster.h"
+#include "net/netns.h"
+
+namespace {
+
+using nettest::Cluster;
+using nettest::NetnsNodes;
+using nettest::Outcome;
+using nettest::Shared;
+
+constexpr int kRails = 2;
+
+#define SKIP_UNLESS_NETNS(nodes, count)                                                             \
+  NetnsNodes nodes;                                                                                 \
+  {                                                                                                 \
+    std::string why = NetnsNodes::unsupportedReason();                                              \
+    if (why.empty() && !nodes.create(count, &why, kRails)) why = "namespace setup: " + why;         \
+    if (!why.empty()) {                                                                             \
+      std::fprintf(stderr, "\n*** NET NAMESPACE TEST SKIPPED: %s ***\n\n", why.c_str());           \
+      GTEST_SKIP() << "network namespaces unavailable: " << why;                                   \
+    }                                                                                               \
+  }
+
+Cluster railsCluster(const NetnsNodes& ns, const char* routing) {
+  Cluster c;
+  c.ranksPerNode = 1;
+  c.nranks = int(ns.names().size());
+  c.netns = ns.names();
+  c.env = {{"SNCCL_SOCKET_IFNAME", "snet"},
+           {"SNCCL_TIMEOUT", "60"},
+           {"SNCCL_ROUTING", routing},
+           {"SNCCL_SOCKET_PATH_TIMEOUT", "300"}};
+  return c;
+}
+
+nettest::Body checkAll(std::vector<size_t> counts) {
+  return [counts](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+    nettest::Checker c(comm, rank, n);
+    bool ok = c.all(counts);
+    nettest::report(sh, rank, ok ? 0 : 1, c.error());
+    return ok;
+  };
+}
+
+TEST(NetMultirail, ThreeNodesAdaptiveEveryCollective) {
+  SKIP_UNLESS_NETNS(nodes, 3);
+  Cluster c = railsCluster(nodes, "adaptive");
+  c.timeoutSec = 300;
+  Outcome o = nettest::runCluster(c, checkAll({0, 1, 7, 1031, 200003}), {}, [&] { nodes.cleanup(); });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+TEST(NetMultirail, TwoNodesStaticEveryCollective) {
+  SKIP_UNLESS_NETNS(nodes, 2);
+  Outcome o = nettest::runCluster(railsCluster(nodes, "static"), checkAll({0, 1, 1031, 200003}), {},
+                                  [&] { nodes.cleanup(); });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// Ranks loop on 4 MiB AllReduces, checking each result, until the parent says stop; the
+// parent pulls node 1's cable on `rail` once every rank completed a few, and says stop
+// once every rank completed kAfterCut more. Every call must succeed.
+void survivesRailCut(int rail) {
+  SKIP_UNLESS_NETNS(nodes, 2);
+  constexpr int kAfterCut = 15;
+  Cluster c = railsCluster(nodes, "adaptive");
+  c.timeoutSec = 150;
+  int itersAtCut = 0;
+  Outcome o = nettest::runCluster(
+      c,
+      [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
+        // The bootstrap's sockets use rail 0 too: end with an abort, which needs none.
+        *abort = true;
+        const size_t count = 1 << 20;
+        std::vector<int32_t> buf(count);
+        double end = nettest::nowSec() + 90;
+        for (int it = 0; __atomic_load_n(&sh->go, __ATOMIC_ACQUIRE) == 0; ++it) {
+          if (nettest::nowSec() > end) {
+            nettest::report(sh, rank, 2, "the parent never said stop (iterations stalled after the cut?)");
+            return false;
+          }
+          for (size_t i = 0; i < count; ++i) buf[i] = int32_t((i + size_t(it)) % 1000) * (rank + 1);
+          ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), count, ncclInt32, ncclSum, comm, nullptr);
+          if (res != ncclSuccess) {
+            nettest::report(sh, rank, res, ncclGetLastError(nullptr));
+            return false;
+          }
+          const int32_t tri = n * (n + 1) / 2;
+          for (size_t i = 0; i < count; ++i)
+            if (buf[i] != int32_t((i + size_t(it)) % 1000) * tri) {
+              nettest::report(sh, rank, 3, "wrong AllReduce result at iteration " + std::to_string(it));
+              return false;
+            }
+          __atomic_store_n(&sh->r[rank].iters, it + 1, __ATOMIC_RELEASE);
+        }
+        nettest::report(sh, rank, 0, "");
+        return true;
+      },
+      [&](Shared* sh, const std::vector<pid_t>&) {
+        auto minIters = [&] {
+          int m = 1 << 30;
+          for (int r = 0; r < c.nranks; ++r) m = std::min(m, __atomic_load_n(&sh->r[r].iters, __ATOMIC_ACQUIRE));
+          return m;
+        };
+        double deadline = nettest::nowSec() + 60;
+        while (minIters() < 3 && nettest::nowSec() < deadline) usleep(5000);
+        itersAtCut = minIters();
+        EXPECT_TRUE(nodes.setLink(1, false, rail)) << "ip link set down failed";
+        deadline = nettest::nowSec() + 60;
+        while (minIters() < itersAtCut + kAfterCut && nettest::nowSec() < deadline) usleep(5000);
+        __atomic_store_n(&sh->go, 1, __ATOMIC_RELEASE);
+      },
+      [&] { nodes.cleanup(); });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  for (int r = 0; r < c.nranks; ++r) {
+    EXPECT_EQ(o.reports[size_t(r)].code, 0) << "rank " << r << "\n" << o.describe();
+    EXPECT_GE(o.reports[size_t(r)].iters, itersAtCut + kAfterCut) << "rank " << r << " stalled after the cut";
+  }
+}
+
+TEST(NetMultirail, CutOfTheSecondRailIsSurvived) { survivesRailCut(1); }
+
+TEST(NetMultirail, CutOfTheFirstRailIsSurvived) { survivesRailCut(0); }
+
+}  // namespace
