@@ -46,8 +46,7 @@ sock::Address loop(const char* host) {
 }
 
 // Opens one adaptive connection of `sockets` paths over two loopback rails (bounded).
-void openPaths(int sockets, std::vector<sock::Socket>* ss, std::vector<sock::Socket>* rs,
-               size_t* chunk = nullptr) {
+void openPaths(int sockets, std::vector<sock::Socket>* ss, std::vector<sock::Socket>* rs, size_t* chunk = nullptr) {
   socknet::RailPlan plan;
   plan.rails = {loop("127.0.0.1"), loop("127.0.0.2")};
   plan.adaptive = true;
@@ -138,7 +137,9 @@ void transfer(Ends& e, const std::vector<size_t>& sizes, int window, const std::
         EXPECT_EQ(i, recvsDone++);
         EXPECT_EQ(n, sizes[i]);
         EXPECT_EQ(imm, 1000 + i);
-        EXPECT_EQ(std::memcmp(dst[i].data(), src[i].data(), sizes[i]), 0) << "message " << i << " of " << sizes[i];
+        if (sizes[i] > 0) {  // memcmp of an empty vector's null data is undefined
+          EXPECT_EQ(std::memcmp(dst[i].data(), src[i].data(), sizes[i]), 0) << "message " << i << " of " << sizes[i];
+        }
         EXPECT_EQ(dst[i][sizes[i]], char(0x5a)) << "message " << i << " wrote past its end";
         recvs.pop_front();
       }

@@ -25,15 +25,15 @@ using nettest::Shared;
 
 constexpr int kRails = 2;
 
-#define SKIP_UNLESS_NETNS(nodes, count)                                                             \
-  NetnsNodes nodes;                                                                                 \
-  {                                                                                                 \
-    std::string why = NetnsNodes::unsupportedReason();                                              \
-    if (why.empty() && !nodes.create(count, &why, kRails)) why = "namespace setup: " + why;         \
-    if (!why.empty()) {                                                                             \
-      std::fprintf(stderr, "\n*** NET NAMESPACE TEST SKIPPED: %s ***\n\n", why.c_str());           \
-      GTEST_SKIP() << "network namespaces unavailable: " << why;                                   \
-    }                                                                                               \
+#define SKIP_UNLESS_NETNS(nodes, count)                                                     \
+  NetnsNodes nodes;                                                                         \
+  {                                                                                         \
+    std::string why = NetnsNodes::unsupportedReason();                                      \
+    if (why.empty() && !nodes.create(count, &why, kRails)) why = "namespace setup: " + why; \
+    if (!why.empty()) {                                                                     \
+      std::fprintf(stderr, "\n*** NET NAMESPACE TEST SKIPPED: %s ***\n\n", why.c_str());    \
+      GTEST_SKIP() << "network namespaces unavailable: " << why;                            \
+    }                                                                                       \
   }
 
 Cluster railsCluster(const NetnsNodes& ns, const char* routing) {
@@ -67,8 +67,8 @@ TEST(NetMultirail, ThreeNodesAdaptiveEveryCollective) {
 
 TEST(NetMultirail, TwoNodesStaticEveryCollective) {
   SKIP_UNLESS_NETNS(nodes, 2);
-  Outcome o = nettest::runCluster(railsCluster(nodes, "static"), checkAll({0, 1, 1031, 200003}), {},
-                                  [&] { nodes.cleanup(); });
+  Outcome o =
+      nettest::runCluster(railsCluster(nodes, "static"), checkAll({0, 1, 1031, 200003}), {}, [&] { nodes.cleanup(); });
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 

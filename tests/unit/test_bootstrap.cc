@@ -179,6 +179,32 @@ TEST(SocketIfname, SelectInterface) {
   EXPECT_FALSE(sock::selectInterface(all, "eth0", AF_UNSPEC).ok());  // eth0 is down
 }
 
+// Rails: the bootstrap's choice first, then every other up match of its family (one
+// address per interface), only with a spec, at most maxCount.
+TEST(SocketIfname, SelectInterfacesForRails) {
+  auto all = fakeInterfaces();
+  all.push_back(all[3]);
+  all.back().name = "eth2";
+  all.back().addr = *sock::Address::parse("10.0.2.2:1");
+  all.push_back(all[3]);
+  all.back().name = "eth3";
+  all.back().addr = *sock::Address::parse("[fd00::9]:1");  // another family than eth1's
+  auto names = [&](const char* spec, size_t max) {
+    auto r = sock::selectInterfaces(all, spec, AF_UNSPEC, max);
+    if (!r.ok()) return "ERR " + r.status().message();
+    std::string out;
+    for (const sock::Interface& i : *r) out += (out.empty() ? "" : " ") + i.name;
+    return out;
+  };
+  EXPECT_EQ(names("", 4), "eth1");              // no spec: one rail, as the bootstrap
+  EXPECT_EQ(names("eth", 4), "eth1 eth2");      // eth0 down, eth3 IPv6, eth1's link-local ignored
+  EXPECT_EQ(names("eth", 1), "eth1");
+  EXPECT_EQ(names("=eth2,eth1", 4), "eth1 eth2");
+  EXPECT_EQ(names("^lo,docker", 4), "eth1 eth2");
+  EXPECT_EQ(names("ib", 4), "ib0");
+  EXPECT_EQ(names("nosuch", 4).rfind("ERR", 0), 0u);
+}
+
 TEST(SocketIfname, RealInterfacesAndFamily) {
   auto all = sock::listInterfaces();
   ASSERT_TRUE(all.ok()) << all.status().message();

@@ -19,15 +19,22 @@ namespace {
 using sockwire::MpRecord;
 constexpr size_t kRec = sizeof(MpRecord);
 
-// Each path keeps about this much of its delivery in flight: enough that a path is never
-// idle waiting for the next chunk (an acknowledgement round trip through both proxies is
-// well under it), little enough that the last chunks of a message on a slow path do not
-// keep the message waiting long after the fast paths finished.
-constexpr double kTargetDelaySec = 0.004;
-constexpr double kSampleSec = 0.001;       // busy time per rate sample
+// Windows give every path about the same queueing delay D, so that the chunks of one message
+// finish together on fast and slow paths: a path's window is its rate times D, at least one
+// chunk. D is the larger of kTargetDelaySec and the time the slowest usable path needs for
+// one chunk (its window can be no smaller), at most kMaxDelaySec. kTargetDelaySec covers an
+// acknowledgement's round trip through both proxies, so a path is not left idle waiting for
+// one; on shaped veth rails a few milliseconds did best (docs/performance.md, "Several
+// rails"). A path slower than 1/kUsableRatio of the fastest does not set D: it still takes
+// part with a window of one chunk, but the others' windows are not stretched to match it.
+constexpr double kTargetDelaySec = 0.002;
+constexpr double kMaxDelaySec = 0.05;
+constexpr double kUsableRatio = 8;
+constexpr double kSampleSec = 0.001;  // busy time per rate sample
 constexpr size_t kMaxWindow = 16u << 20;
 constexpr size_t kSenderInBytes = 64 * kRec;  // records read per recv(2) on the sending end
 constexpr size_t kSinkBytes = 64 * 1024;
+constexpr size_t kMaxOutBytes = 1 << 20;
 
 MpRecord record(uint16_t type) {
   MpRecord r{};
@@ -53,7 +60,7 @@ MultipathConn::MultipathConn(bool sender, std::vector<sock::Socket> socks, std::
     p.sock = std::move(socks[i]);
     p.in.resize(sender ? kSenderInBytes : kRec);
     p.out.reserve(8 * kRec);
-    p.window = 4 * cfg_.chunkBytes;
+    p.window = 4 * cfg_.chunkBytes;  // until the first rate sample
   }
   for (MpRequest& r : pool_) r.conn = this;
   if (!sender) sink_.resize(kSinkBytes);
@@ -124,9 +131,10 @@ Result<MpRequest*> MultipathConn::isend(void* data, size_t size, int tag, uint32
   const Credit c = credits_.front();
   if (size > c.size || tag != c.tag) {
     releaseRequest(r);
-    return fail(InvalidUsage("message of %zu bytes (tag %d) does not fit the peer's posted receive of %zu bytes "
-                             "(tag %d): both ends must use the same SNCCL_BUFFSIZE/SNCCL_STEPS",
-                             size, tag, c.size, c.tag));
+    return fail(
+        InvalidUsage("message of %zu bytes (tag %d) does not fit the peer's posted receive of %zu bytes "
+                     "(tag %d): both ends must use the same SNCCL_BUFFSIZE/SNCCL_STEPS",
+                     size, tag, c.size, c.tag));
   }
   credits_.pop_front();
   r->seq = seq_++;
@@ -239,12 +247,25 @@ Status MultipathConn::sendAll() {
     }
     std::sort(order64_.begin(), order64_.end(), [&](size_t a, size_t b) { return fill(a) < fill(b); });
     for (size_t i : order64_) {
+      if (!soonest(i)) continue;
       bool took = false;
       SNCCL_TRY(sendPath(i, true, &took));
       any = any || (took && paths_[i].alive && !paths_[i].writing);
     }
   }
   return OkStatus();
+}
+
+bool MultipathConn::soonest(size_t i) const {
+  const Path& p = paths_[i];
+  if (p.rate <= 0) return true;  // no estimate yet: it takes chunks to get one
+  const double c = double(cfg_.chunkBytes);
+  const double mine = (double(p.unackedBytes) + c) / p.rate;
+  for (size_t j = 0; j < paths_.size(); ++j) {
+    const Path& q = paths_[j];
+    if (j != i && q.alive && q.rate > 0 && (double(q.unackedBytes) + c) / q.rate < mine) return false;
+  }
+  return true;
 }
 
 Status MultipathConn::sendPath(size_t i, bool pull, bool* took) {
@@ -309,7 +330,14 @@ Status MultipathConn::flushOut(Path& p, size_t i) {
   while (p.outOff < p.out.size()) {
     Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
     if (!k.ok()) return pathFailed(i, k.status());
-    if (k.value() == 0) return OkStatus();
+    if (k.value() == 0) {
+      // Records pile up only on a path the peer no longer reads (a cut cable: the socket
+      // buffer filled without an error): bounded, the path is given up.
+      if (p.out.size() - p.outOff > kMaxOutBytes)
+        return pathFailed(i, RemoteError("%zu bytes of records wait on a full socket: the peer does not read the path",
+                                         p.out.size() - p.outOff));
+      return OkStatus();
+    }
     p.outOff += k.value();
   }
   p.out.clear();
@@ -391,11 +419,14 @@ Status MultipathConn::handleRecord(size_t i, const char* raw) {
       return startChunk(i, raw);
     case sockwire::kMpCts:
       if (!sender_) return protocol("a credit sent to the receiving end");
-      if (rec.seq > creditsSeen_ || credits_.size() >= size_t(kMaxRequests)) return protocol("credit out of order");
-      if (rec.seq == creditsSeen_) {
-        credits_.push_back(Credit{size_t(rec.total), rec.tag});
-        ++creditsSeen_;
-      }
+      // Each path carries every credit in order from the first (the receiver writes each
+      // on every live path and never returns to a dead one), so a copy is either the next
+      // credit or one already kept.
+      if (rec.seq > creditsSeen_) return protocol("credit out of order");
+      if (rec.seq < creditsSeen_) return OkStatus();
+      if (credits_.size() >= size_t(kMaxRequests)) return protocol("more credits than receives can be posted");
+      credits_.push_back(Credit{size_t(rec.total), rec.tag});
+      ++creditsSeen_;
       return OkStatus();
     case sockwire::kMpAck:
       if (!sender_) return protocol("an acknowledgement sent to the receiving end");
@@ -431,8 +462,8 @@ Status MultipathConn::handleRecord(size_t i, const char* raw) {
       return OkStatus();
     case sockwire::kMpAbort:
       peerAbort_ = rec.imm;
-      return fail(RemoteError("%s reported a failure (%s) and closed the connection",
-                              p.sock.peer().toString().c_str(), resultName(int(rec.imm & 0xff))));
+      return fail(RemoteError("%s reported a failure (%s) and closed the connection", p.sock.peer().toString().c_str(),
+                              resultName(int(rec.imm & 0xff))));
     default:
       return protocol("unknown record type");
   }
@@ -472,10 +503,10 @@ Status MultipathConn::startChunk(size_t i, const char* raw) {
     const uint64_t index = h.offset / cfg_.chunkBytes;
     const size_t expect = r->size == 0 ? 0 : std::min(cfg_.chunkBytes, r->size - std::min<size_t>(r->size, h.offset));
     if (h.total != r->size || h.offset % cfg_.chunkBytes != 0 || index >= r->nchunks || h.len != expect)
-      return fail(InternalError("protocol error on path %zu (%s): chunk at %llu of %u bytes does not fit message %llu "
-                                "of %zu bytes",
-                                i, p.label.c_str(), (unsigned long long)h.offset, h.len, (unsigned long long)h.seq,
-                                r->size));
+      return fail(
+          InternalError("protocol error on path %zu (%s): chunk at %llu of %u bytes does not fit message %llu "
+                        "of %zu bytes",
+                        i, p.label.c_str(), (unsigned long long)h.offset, h.len, (unsigned long long)h.seq, r->size));
     p.rindex = uint32_t(index);
     if ((r->got[index / 64] >> (index % 64) & 1) == 0) p.dst = r->data + h.offset;
   }
@@ -522,9 +553,24 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
   if (p.sampleSec >= kSampleSec) {
     const double sample = double(p.sampleBytes) / p.sampleSec;
     p.rate = p.rate == 0 ? sample : 0.75 * p.rate + 0.25 * sample;
-    p.window = std::clamp(size_t(p.rate * kTargetDelaySec), 2 * cfg_.chunkBytes, kMaxWindow);
     p.sampleBytes = 0;
     p.sampleSec = 0;
+    setWindows();
+  }
+}
+
+void MultipathConn::setWindows() {
+  double fastest = 0;
+  for (const Path& q : paths_)
+    if (q.alive) fastest = std::max(fastest, q.rate);
+  if (fastest <= 0) return;
+  double delay = kTargetDelaySec;
+  for (const Path& q : paths_)
+    if (q.alive && q.rate * kUsableRatio >= fastest) delay = std::max(delay, double(cfg_.chunkBytes) / q.rate);
+  delay = std::min(delay, kMaxDelaySec);
+  for (Path& q : paths_) {
+    if (!q.alive || q.rate <= 0) continue;
+    q.window = std::clamp(size_t(q.rate * delay), cfg_.chunkBytes, kMaxWindow);
   }
 }
 
@@ -575,6 +621,7 @@ Status MultipathConn::pathFailed(size_t i, const Status& why) {
   p.outOff = 0;
   const int live = livePaths();
   if (closing_) return OkStatus();
+  setWindows();  // a slow path gone may shorten the others' delay
   if (live == 0) {
     Status s = why;
     return fail(s.addContext(format("path %zu (%s), the last of %zu", i, p.label.c_str(), paths_.size())));
@@ -614,6 +661,15 @@ bool MultipathConn::quiescent() const {
 
 void MultipathConn::close(uint32_t abortCode, int lingerMs) {
   closing_ = true;
+  if (sender_) {
+    std::string stats;
+    for (size_t i = 0; i < paths_.size(); ++i) {
+      const Path& p = paths_[i];
+      stats += format("%s path %zu (%s%s): %.1f MB, %.1f MB/s, window %zu KiB", i > 0 ? ";" : "", i, p.label.c_str(),
+                      p.alive ? "" : ", dropped", double(p.bytes) / 1e6, p.rate / 1e6, p.window >> 10);
+    }
+    SN_INFO(log::kNet, "NET/Socket %s: closing;%s", what_.c_str(), stats.c_str());
+  }
   if (abortCode != 0 || !error_.ok()) {
     if (!error_.ok()) return;  // the sockets close with the connection
     MpRecord a = record(sockwire::kMpAbort);
@@ -653,14 +709,14 @@ void MultipathConn::close(uint32_t abortCode, int lingerMs) {
       if (p.alive) fds.push_back(pollfd{p.sock.fd(), short(POLLIN | (p.outOff < p.out.size() ? POLLOUT : 0)), 0});
     }
     if (!sender_) {
-      bool flushed = std::none_of(paths_.begin(), paths_.end(),
-                                  [](const Path& p) { return p.alive && p.outOff < p.out.size(); });
+      bool flushed =
+          std::none_of(paths_.begin(), paths_.end(), [](const Path& p) { return p.alive && p.outOff < p.out.size(); });
       if (flushed) return;
     } else if (!shut) {
       // Paths end with a FIN after the goodbye; each stays open for reading until the
       // receiver's answer, so that no unread credit turns the close into a reset.
-      bool flushed = std::none_of(paths_.begin(), paths_.end(),
-                                  [](const Path& p) { return p.alive && p.outOff < p.out.size(); });
+      bool flushed =
+          std::none_of(paths_.begin(), paths_.end(), [](const Path& p) { return p.alive && p.outOff < p.out.size(); });
       if (flushed) {
         for (Path& p : paths_)
           if (p.alive) ::shutdown(p.sock.fd(), SHUT_WR);

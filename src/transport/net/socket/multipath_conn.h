@@ -11,9 +11,12 @@
 // credit survives the loss of any path but the last.
 //
 // Room on a path is a window of unacknowledged bytes: the path's delivery rate (an
-// average over its acknowledgements) times kTargetDelay, at least two chunks. A path that
-// slows down gets fewer chunks, one that recovers more; all paths end up with about the
-// same queueing delay, so the chunks of one message finish together.
+// average over its acknowledgements) times a delay that all paths share, at least one
+// chunk. A path with room still leaves a chunk to another that would deliver it sooner
+// after what it already has in flight. A path that slows down gets fewer chunks, one that
+// recovers more; all paths have about the same queueing delay, so the chunks of one
+// message finish together (requests complete in order: one late chunk holds up every
+// message after it).
 //
 // A send completes when all its chunks are acknowledged (not when they are written): so a
 // chunk still in a path that dies can be sent again. A path dies when its socket fails or
@@ -156,6 +159,10 @@ class MultipathConn {
 
   Status progress();
   Status sendAll();
+  // Whether path i would deliver a new chunk no later than any other path could, after
+  // what each has in flight (at its rate): a slow path takes a chunk only when the faster
+  // ones are that far behind, so it does not hold up the message the chunk belongs to.
+  bool soonest(size_t i) const;
   // Writes what path i has under way; with `pull`, then at most one new chunk (*took).
   Status sendPath(size_t i, bool pull, bool* took = nullptr);
   Status readPath(size_t i);
@@ -164,6 +171,8 @@ class MultipathConn {
   Status startChunk(size_t i, const char* rec);
   void chunkDone(size_t i);
   void ackChunks(Path& p, uint64_t count, Clock::time_point now);
+  // Every live path's window from the rates (multipath_conn.cc: equal queueing delay).
+  void setWindows();
   bool pullChunk(ChunkRef* c);
   Status pathFailed(size_t i, const Status& why);
   Status checkStalls(Clock::time_point now);

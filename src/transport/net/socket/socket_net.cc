@@ -10,9 +10,9 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/socket.h"
+#include "transport/net/socket/multipath_conn.h"
 #include "transport/net/socket/socket_conn.h"
 #include "transport/net/socket/socket_link.h"
-#include "transport/net/socket/multipath_conn.h"
 #include "transport/net/socket/socket_setup.h"
 
 namespace snccl::net {
@@ -133,9 +133,8 @@ class SocketNet : public Net {
     std::string names;
     for (size_t k = 0; k < rails_.size(); ++k)
       names += format("%s[%zu]%s:%s", k > 0 ? " " : "", k, rails_[k].name.c_str(), rails_[k].addr.hostString().c_str());
-    SN_INFO(log::kNet | log::kInit,
-            "NET/Socket : Using %s, %d streams per rail, %s routing, congestion control %s", names.c_str(), nstreams_,
-            adaptive_ ? "adaptive" : "static",
+    SN_INFO(log::kNet | log::kInit, "NET/Socket : Using %s, %d streams per rail, %s routing, congestion control %s",
+            names.c_str(), nstreams_, adaptive_ ? "adaptive" : "static",
             tuning_.congestion.empty() ? "(system default)" : tuning_.congestion.c_str());
     return OkStatus();
   }

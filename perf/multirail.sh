@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Adaptive routing against a static split and the best single rail, side by side: two
+# emulated nodes (network namespaces A and B) joined by RAILS veth pairs ("rail0", "rail1",
+# ... on both sides, 10.78.<k>.1 and 10.78.<k>.2, MTU 9000), each shaped with tbf to a known
+# rate in both directions. Needs root, iproute2 and iperf3.
+#
+#   perf/multirail.sh [-l RAILS] [-m MBIT] [-s BYTES] [-n ITERS] [-R ROUNDS] [-c CASES] [-t TOOLS]
+#                     [-M MODES]
+#
+# Cases (-c, comma list; default all):
+#   equal    every rail at MBIT
+#   unequal  rail 0 at MBIT, the others at MBIT/4
+#   load     every rail at MBIT; iperf3 (4 flows) on rail 1 starts halfway through
+#   cut      every rail at MBIT; rail 1's cable is pulled halfway through
+# ("halfway": half the time the adaptive run would take at the summed rate, counted from
+# the start of the measurement, the same for every mode).
+# Modes (-M, comma list; default all three), per case: adaptive (SNCCL_ROUTING=adaptive over every rail), static (SNCCL_ROUTING=
+# static over every rail: an equal share per socket) and single (rail 0 alone, the
+# fastest). Tools (-t): sendrecv,allreduce (sn_sendrecv_perf, sn_allreduce_perf), one size
+# (-s, default 16M) for -n iterations (default 20) after 2 warm-up ones.
+#
+# Prints one line per run as it goes, then a table of medians over the -R rounds (default
+# 3; rounds interleave the cases and modes) in MB/s of bus bandwidth (2 ranks: the bytes
+# each rank sends per second), with the fraction of the rails' summed shaped rate. A run
+# that fails or exceeds its time limit shows as "fail".
+set -euo pipefail
+
+rails=2 mbit=800 size=16M iters=20 rounds=3 cases=equal,unequal,load,cut tools=sendrecv,allreduce
+modeArg=adaptive,static,single
+while getopts "l:m:s:n:R:c:t:M:h" o; do
+  case $o in
+    l) rails=$OPTARG ;;
+    m) mbit=$OPTARG ;;
+    s) size=$OPTARG ;;
+    n) iters=$OPTARG ;;
+    R) rounds=$OPTARG ;;
+    c) cases=$OPTARG ;;
+    t) tools=$OPTARG ;;
+    M) modeArg=$OPTARG ;;
+    *) sed -n '2,23p' "$0"; exit 2 ;;
+  esac
+done
+if [ "$(id -u)" != 0 ]; then echo "multirail.sh: needs root (network namespaces); not run" >&2; exit 3; fi
+command -v iperf3 >/dev/null || { echo "multirail.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 3; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${SNCCL_PERF_BIN:-$root/build/perf}
+
+A="snmr$$a" B="snmr$$b"
+cleanup() {
+  for ns in "$A" "$B"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$A"
+ip netns add "$B"
+for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
+for ((k = 0; k < rails; k++)); do
+  ip link add "ra$$k" netns "$A" type veth peer name "rb$$k" netns "$B"
+  ip -n "$A" link set "ra$$k" name "rail$k"
+  ip -n "$B" link set "rb$$k" name "rail$k"
+  ip -n "$A" addr add "10.78.$k.1/24" dev "rail$k"
+  ip -n "$B" addr add "10.78.$k.2/24" dev "rail$k"
+  for ns in "$A" "$B"; do ip -n "$ns" link set "rail$k" mtu 9000 up; done
+done
+for i in $(seq 100); do
+  ip -n "$B" -br link show dev "rail$((rails - 1))" | grep -q ' UP ' && break
+  sleep 0.05
+done
+
+shape() {  # rail mbit: both directions
+  for ns in "$A" "$B"; do
+    tc -n "$ns" qdisc replace dev "rail$1" root tbf rate "$2mbit" burst 256kb latency 20ms
+  done
+}
+
+bytes() {  # 16M -> 16777216
+  local v=${1%[KMG]} u=${1: -1}
+  case $u in K) echo $((v << 10)) ;; M) echo $((v << 20)) ;; G) echo $((v << 30)) ;; *) echo "$1" ;; esac
+}
+nbytes=$(bytes "$size")
+
+# run TOOL MODE SECONDS_UNTIL_EVENT EVENT -> prints MB/s (or "fail")
+run() {
+  local tool=$1 mode=$2 delay=$3 event=$4 ifname=rail routing=adaptive
+  [ "$mode" = static ] && routing=static
+  [ "$mode" = single ] && ifname="=rail0"
+  local port=$((20000 + RANDOM % 12000)) out rc=0 evpid=""
+  local cmd="$bin/sn_${tool}_perf -b $size -e $size -n $iters -w 2 -c 0"
+  local envs="WORLD_SIZE=2 MASTER_ADDR=10.78.0.1 MASTER_PORT=$port SNCCL_SOCKET_IFNAME=$ifname SNCCL_ROUTING=$routing SNCCL_TIMEOUT=30"
+  local log
+  log=$(mktemp)
+  if [ "$event" != none ]; then
+    # The same time into the measurement for every mode: from rank 0's table header.
+    (for _ in $(seq 600); do grep -q out-of-place "$log" && break; sleep 0.1; done
+     sleep "$delay"; $event) >/dev/null 2>&1 &
+    evpid=$!
+  fi
+  env $envs RANK=1 SNCCL_HOSTID=mr-b timeout -k 5 120 ip netns exec "$B" $cmd >/dev/null 2>&1 &
+  local p1=$!
+  env $envs RANK=0 SNCCL_HOSTID=mr-a timeout -k 5 120 ip netns exec "$A" $cmd >"$log" 2>&1 || rc=$?
+  out=$(cat "$log")
+  rm -f "$log"
+  wait "$p1" || rc=$((rc == 0 ? 1 : rc))
+  [ -n "$evpid" ] && { kill "$evpid" 2>/dev/null || true; wait "$evpid" 2>/dev/null || true; }
+  # Undo the event for the next run (the iperf3 server in B stays).
+  pkill -9 -f "iperf3 -c 10.78.1.2" 2>/dev/null || true
+  ip -n "$A" link set rail1 up 2>/dev/null || true
+  ip -n "$B" link set rail1 up 2>/dev/null || true
+  if [ "$rc" != 0 ]; then echo fail; return; fi
+  # Out-of-place time (us) of the one size: column 6 of the data line.
+  local us
+  us=$(echo "$out" | awk -v n="$nbytes" '$1 == n && $2 ~ /^[0-9]+$/ {print $6; exit}')
+  [ -z "$us" ] && { echo fail; return; }
+  awk -v b="$nbytes" -v us="$us" 'BEGIN {printf "%.1f", b / us}'
+}
+
+ip netns exec "$B" iperf3 -s -D -B 10.78.1.2 >/dev/null 2>&1 || true
+for _ in $(seq 50); do ip netns exec "$B" ss -ltn | grep -q '10.78.1.2:5201' && break; sleep 0.1; done
+load_rail1() { ip netns exec "$A" iperf3 -c 10.78.1.2 -B 10.78.1.1 -t 60 -P 4 >"${MULTIRAIL_IPERF_LOG:-/dev/null}" 2>&1; }
+cut_rail1() { ip -n "$A" link set rail1 down; }
+
+railsum() {  # case -> the rails' summed shaped rate in Mbit/s
+  if [ "$1" = unequal ]; then echo $((mbit + (rails - 1) * (mbit / 4))); else echo $((rails * mbit)); fi
+}
+
+declare -A res
+IFS=, read -r -a caseList <<<"$cases"
+IFS=, read -r -a toolList <<<"$tools"
+IFS=, read -r -a modes <<<"$modeArg"
+for ((r = 1; r <= rounds; r++)); do
+  for c in "${caseList[@]}"; do
+    shape 0 "$mbit"
+    for ((k = 1; k < rails; k++)); do shape "$k" $([ "$c" = unequal ] && echo $((mbit / 4)) || echo "$mbit"); done
+    sum=$(railsum "$c")
+    for t in "${toolList[@]}"; do
+      # Halfway through the adaptive run at the summed rate (warm-up included).
+      delay=$(awk -v b="$nbytes" -v n="$iters" -v s="$sum" 'BEGIN {printf "%.2f", (n + 2) * b / (s * 125000.0) / 2}')
+      event=none
+      [ "$c" = load ] && event=load_rail1
+      [ "$c" = cut ] && event=cut_rail1
+      for m in "${modes[@]}"; do
+        v=$(run "$t" "$m" "$delay" "$event")
+        echo "round $r  $c  $t  $m  $v MB/s (rails' sum $((sum / 8)) MB/s)"
+        res[$c,$t,$m]="${res[$c,$t,$m]:-} $v"
+      done
+    done
+  done
+done
+
+median() { tr ' ' '\n' | { grep -v -e '^$' -e fail || true; } | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "fail"; else if (NR%2) print a[(NR+1)/2]; else printf "%.1f", (a[NR/2]+a[NR/2+1])/2}'; }
+echo
+echo "| case | tool | rails' sum MB/s | adaptive | static | best single rail | adaptive / sum | adaptive / static |"
+echo "|---|---|---|---|---|---|---|---|"
+for c in "${caseList[@]}"; do
+  sum=$(railsum "$c")
+  for t in "${toolList[@]}"; do
+    a=$(echo "${res[$c,$t,adaptive]}" | median)
+    s=$(echo "${res[$c,$t,static]}" | median)
+    g=$(echo "${res[$c,$t,single]}" | median)
+    fa=$(awk -v a="$a" -v s="$sum" 'BEGIN {if (a == "fail") print "-"; else printf "%.0f%%", 100 * a / (s / 8)}')
+    fs=$(awk -v a="$a" -v s="$s" 'BEGIN {if (a == "fail" || s == "fail") print "-"; else printf "%.2fx", a / s}')
+    echo "| $c | $t | $((sum / 8)) | $a | $s | $g | $fa | $fs |"
+  done
+done
