@@ -51,6 +51,14 @@ ncclResult_t sncclAllReduceQuantized(const void* sendbuff, void* recvbuff, size_
                                      ncclRedOp_t op, int bits, size_t blockSize, float* residual, ncclComm_t comm,
                                      cudaStream_t stream);
 
+/* Writes the communicator's flight recorder (its last SNCCL_FLIGHT_RECORDER operations:
+ * sequence number, collective, count, type, root, algorithm, progress, what it waited on,
+ * times; its error, if any) to the file `path`, or, when path is NULL, to
+ * snccl-flight-<commhash>-r<rank>.txt in SNCCL_FLIGHT_DIR (ncclInvalidUsage when that is
+ * unset). Works on a communicator in error state, and while its operations run on other
+ * threads. sn_doctor merges the files of all ranks. See docs/operations.md. */
+ncclResult_t sncclCommDumpFlightRecorder(ncclComm_t comm, const char* path);
+
 /* The snccl version as a string, e.g. "snccl 0.1.0 (NCCL API 2.28.9)". */
 const char* sncclVersionString(void);
 

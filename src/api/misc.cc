@@ -13,6 +13,7 @@
 #include "collectives/kernels/reduce.h"
 #include "common/params.h"
 #include "core/comm.h"
+#include "core/flight_dump.h"
 #include "core/mem_blocks.h"
 
 using namespace snccl;
@@ -117,4 +118,21 @@ SNCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
     return apiResult(InvalidArgument("operation %d was not created on this communicator", int(op)),
                      "ncclRedOpDestroy");
   return ncclSuccess;
+}
+
+// A communicator in error state is the main reason to ask: it is not refused.
+extern "C" SNCCL_EXPORT ncclResult_t sncclCommDumpFlightRecorder(ncclComm_t comm, const char* path) {
+  const char* call = "sncclCommDumpFlightRecorder";
+  Status st = checkComm(comm, false);
+  if (st.ok() && comm->errors.state.load() == int(CommState::kInitializing))
+    st = InvalidUsage("the communicator is still being initialised");
+  if (!st.ok()) return apiResult(st, call);
+  std::string file = path != nullptr ? std::string(path) : std::string();
+  if (file.empty()) {
+    const std::string& dir = params::getString(params::Id::FlightDir);
+    if (dir.empty())
+      return apiResult(InvalidUsage("path is NULL and SNCCL_FLIGHT_DIR is not set: nowhere to write to"), call);
+    file = flight::dumpPath(dir, *comm);
+  }
+  return apiResult(flight::dumpTo(comm, file, "request"), call);
 }

@@ -47,6 +47,8 @@ struct Limit {
 };
 constexpr Limit kLimits[] = {
     {Id::Timeout, {0, 365LL * 24 * 3600}},  // seconds; 0: no limit
+    {Id::FlightRecorder, {0, 1 << 20}},
+    {Id::FlightSignal, {0, 64}},
 };
 
 struct Raw {

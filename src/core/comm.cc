@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "core/executor.h"
+#include "core/flight_dump.h"
 #include "core/user_pages.h"
 #include "topology/affinity.h"
 #include "topology/rank_pinning.h"
@@ -122,6 +123,7 @@ void commSetError(ncclComm* comm, const Status& status) {
     if (c) c->poison(word);
   for (auto& c : comm->conns.recv)
     if (c) c->poison(word);
+  flight::dumpToConfiguredDir(comm, "error");
 }
 
 namespace {
@@ -222,6 +224,7 @@ Status commFinalize(ncclComm* comm) {
 
 void commFree(ncclComm* comm) {
   if (comm->initThread.joinable()) comm->initThread.join();
+  flight::unregisterComm(comm);
   comm->ordering.waitAll();  // queued host-stream work still references the communicator
   comm->magic = 0;
   delete comm;

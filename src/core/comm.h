@@ -20,11 +20,13 @@
 #include "collectives/kernels/reduce.h"
 #include "collectives/schedule.h"
 #include "collectives/tuning/selector.h"
+#include "common/params.h"
 #include "common/status.h"
 #include "core/auto_register.h"
 #include "core/bootstrap.h"
 #include "core/comm_errors.h"
 #include "core/comm_ordering.h"
+#include "core/flight_recorder.h"
 #include "core/peer_buffers.h"
 #include "core/scratch_pool.h"
 #include "snccl/nccl.h"
@@ -277,6 +279,8 @@ struct ncclComm {
   int64_t yieldUs = 0;  // see yieldBudgetUs()
 
   snccl::CommErrors errors;
+  // The last operations, for post-mortems (core/flight_recorder.h, core/flight_dump.h).
+  snccl::flight::Recorder flight{size_t(snccl::params::getInt(snccl::params::Id::FlightRecorder))};
   std::thread initThread;  // non-blocking init
   snccl::CommOrdering ordering;
   snccl::CommRegistrations regs;

@@ -19,6 +19,7 @@
 #include "common/process.h"
 #include "common/process_barrier.h"
 #include "common/wait.h"
+#include "core/flight_dump.h"
 #include "core/slot_geometry.h"
 #include "topology/affinity.h"
 #include "topology/discovery.h"
@@ -251,6 +252,7 @@ Status finishInit(ncclComm* comm) {
   SNCCL_TRY(planConnections(comm));
   tune(comm);
   setWaitBudgets(comm);
+  flight::registerComm(comm);
   SN_INFO(log::kInit, "comm %p rank %d nRanks %d localRanks %d commHash %016llx - Init COMPLETE", (void*)comm,
           comm->rank, comm->nranks, comm->peers.localRanks, (unsigned long long)comm->peers.commHash);
   return OkStatus();

@@ -159,6 +159,7 @@ Status chooseSchedules(ncclComm* comm, const CollArgs& args, size_t elemSize, Ex
     e->mappedPrep.reset();
   }
   SNCCL_ASSIGN_OR_RETURN(e->prep, cachedSchedule(comm, pick, args, elemSize));
+  e->algo = e->mapped ? single.algo->name : pick.algo->name;
   return OkStatus();
 }
 
@@ -264,7 +265,15 @@ Result<ExecOp> buildP2P(ncclComm* comm, const std::vector<const PendingOp*>& ops
   e.seq = comm->ordering.collSeq;
   std::vector<P2POp> p2p;
   p2p.reserve(ops.size());
-  for (const PendingOp* p : ops) p2p.push_back({p->isSend, p->peer, p->count * kernels::typeSize(p->dt)});
+  e.algo = "p2p";
+  for (const PendingOp* p : ops) {
+    p2p.push_back({p->isSend, p->peer, p->count * kernels::typeSize(p->dt)});
+    int32_t& first = p->isSend ? e.sendPeer : e.recvPeer;
+    if (first < 0) first = p->peer;
+    uint16_t& n = p->isSend ? e.nsend : e.nrecv;
+    if (n < UINT16_MAX) ++n;
+    e.p2pBytes += p2p.back().count;
+  }
   auto prep = std::make_shared<PreparedSchedule>();
   SNCCL_TRY(buildP2PSchedule(comm->rank, comm->nranks, p2p, comm->conns.slotBytes, &prep->sched));
   prep->analyse();

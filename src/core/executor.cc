@@ -214,6 +214,7 @@ Result<bool> CommRunner::progress() {
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
       startAgreement(op);
+      flightBegin(op);
       // Plans count the op's messages on each ring: after the agreement's, which come first.
       if (agree_.done && comm_->conns.plansRecvs.load(std::memory_order_relaxed)) planRecvs(op);
     }
@@ -231,6 +232,7 @@ Result<bool> CommRunner::progress() {
       if (!r.ok()) return r.status();
       if (!r.value()) return false;
       if (!mapped_.fallback) {
+        comm_->flight.end(flight::OpState::kDone, flight::Recorder::nowNs());
         ++opIndex_;
         started_ = false;
         continue;
@@ -261,10 +263,59 @@ Result<bool> CommRunner::progress() {
     }
     atPointer_.clear();
     targeted_.clear();  // every message of the op arrived: nothing more lands in its memory
+    comm_->flight.end(flight::OpState::kDone, flight::Recorder::nowNs());
     ++opIndex_;
     started_ = false;
   }
   return true;
+}
+
+void CommRunner::flightBegin(const ExecOp& op) {
+  flight::Recorder& fr = comm_->flight;
+  if (!fr.enabled()) return;
+  flight::OpRecord r;
+  r.seq = op.seq;
+  r.startNs = flight::Recorder::nowNs();
+  r.coll = uint8_t(op.coll);
+  r.dt = uint8_t(op.dt);
+  r.redop = uint8_t(std::min<int>(op.userOp, ncclNumOps));
+  r.root = op.root;
+  r.count = op.coll == CollKind::kSendRecv ? op.p2pBytes : op.count;
+  r.algo = op.algo;
+  r.sendPeer = op.sendPeer;
+  r.recvPeer = op.recvPeer;
+  r.nsend = op.nsend;
+  r.nrecv = op.nrecv;
+  size_t total = 0;
+  for (const Lane& l : op.sched->lanes) total += l.steps.size();
+  r.stepsTotal = uint32_t(std::min<size_t>(total, UINT32_MAX));
+  fr.begin(r);
+}
+
+void CommRunner::flightWait() {
+  flight::Recorder& fr = comm_->flight;
+  if (!fr.active()) return;
+  flight::OpRecord& r = fr.current();
+  size_t done = 0;
+  for (size_t s : laneStep_) done += s;
+  r.stepsDone = uint32_t(std::min<size_t>(done, UINT32_MAX));
+  if (blockedConn_ != nullptr) {
+    r.waitPeer = blockedConn_->peer();
+    r.waitSend = blockedSender_ ? 1 : 0;
+    r.waitMsg = blockedConn_->step();
+  }
+  fr.update();
+}
+
+void CommRunner::recordFailure() {
+  if (!comm_->flight.enabled() || opIndex_ >= nops_) return;
+  if (!comm_->flight.active()) {
+    // It failed before it started (connecting): no lane moved.
+    flightBegin(ops_[opIndex_]);
+    laneStep_.assign(ops_[opIndex_].sched->lanes.size(), 0);
+  }
+  flightWait();
+  comm_->flight.end(flight::OpState::kFailed, flight::Recorder::nowNs());
 }
 
 void CommRunner::planRecvs(const ExecOp& op) {
@@ -335,8 +386,10 @@ void CommRunner::releaseDriven(bool waiting) {
 
 Status CommRunner::checkBlocked() {
   ExecOp& op = ops_[opIndex_];
-  if (comm_->errors.abortFlag.load(std::memory_order_relaxed))
+  if (comm_->errors.abortFlag.load(std::memory_order_relaxed)) {
+    comm_->errors.noteCause(FailureCause::kAborted, -1);
     return RemoteError("%s: rank %d: the communicator was aborted", op.describe().c_str(), comm_->rank);
+  }
   int64_t now = Backoff::nowNs();
   startTimeoutClock(now);
   if (blockedConn_ != nullptr) {
@@ -352,6 +405,7 @@ Status CommRunner::checkBlocked() {
       if (origin >= 0 && origin < comm_->nranks) comm_->errors.culprit.store(origin);
       // The transport's own account (a network's: peer lost, this node's link down, ...).
       std::string detail = blockedConn_->failureDetail();
+      comm_->errors.noteCause(detail.empty() ? FailureCause::kPeerFailed : FailureCause::kNetwork, peer);
       if (!detail.empty()) detail = ": " + detail;
       // Started here (e.g. this node's link went down): the peer is not to blame.
       if (origin == comm_->rank)
@@ -374,6 +428,7 @@ Status CommRunner::checkBlocked() {
         // failure made it abort): the same root cause as a poisoned ring would carry.
         if (origin < 0 || origin >= comm_->nranks || origin == comm_->rank) origin = peer;
         comm_->errors.culprit.store(origin);
+        comm_->errors.noteCause(FailureCause::kPeerAborted, peer);
         std::string cause = failedBefore(*comm_, origin, peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) aborted its communicator%s while this rank "
                            "waited for %s it",
@@ -384,6 +439,7 @@ Status CommRunner::checkBlocked() {
     if (blockedConn_->peerPid() != 0 && lastLivenessCheckNs_ == now) {
       if (processGone(blockedConn_->peerPid()) && !blockedConn_->ready(blockedSender_)) {
         comm_->errors.culprit.store(peer);
+        comm_->errors.noteCause(FailureCause::kPeerExited, peer);
         return RemoteError("%s: rank %d: rank %d (pid %d, host %s) exited while this rank waited for %s it",
                            op.describe().c_str(), comm_->rank, peer, pi.pid, pi.hostname,
                            blockedSender_ ? "a free slot (credit) from" : "data from");
@@ -400,6 +456,8 @@ Status CommRunner::checkBlocked() {
       const PeerInfo& si = comm_->peers.info[s];
       stopped = format("; rank %d (pid %d, host %s) is stopped (SIGSTOP or a debugger)", s, si.pid, si.hostname);
     }
+    comm_->errors.noteCause(s >= 0 ? FailureCause::kPeerStopped : FailureCause::kTimeout,
+                            s >= 0 ? s : (blockedConn_ != nullptr ? blockedConn_->peer() : -1));
     if (blockedConn_ == nullptr)
       return RemoteError("%s: rank %d: timed out after %lld s (SNCCL_TIMEOUT)%s", op.describe().c_str(), comm_->rank,
                          (long long)(comm_->timeoutNs / 1000000000), stopped.c_str());
@@ -416,6 +474,7 @@ Status CommRunner::checkBlocked() {
 
 Status CommRunner::sleepOnBlocked() {
   SNCCL_TRY(checkBlocked());
+  flightWait();
   // Asleep, the runner cannot drive its net rings: the proxy moves them and wakes it.
   releaseDriven(true);
   if (blockedConn_ != nullptr) {
@@ -433,9 +492,13 @@ namespace {
 Status acquireTickets(std::span<CommRunner*> runners) {
   for (CommRunner* r : runners) {
     ncclComm* c = r->comm();
-    if (c->ordering.isTurn(r->ticket())) continue;  // our turn already (no lock)
+    if (c->ordering.isTurn(r->ticket())) {  // our turn already (no lock)
+      r->turnHeld = true;
+      continue;
+    }
     switch (c->ordering.waitTurn(r->ticket(), c->errors.abortFlag, c->timeoutNs)) {
       case CommOrdering::Wait::kTurn:
+        r->turnHeld = true;
         break;
       case CommOrdering::Wait::kAborted:
         return RemoteError("rank %d: the communicator was aborted", c->rank);
@@ -531,7 +594,10 @@ Status runLoop(std::span<CommRunner*> runners) {
 }
 
 void finishTickets(std::span<CommRunner*> runners) {
-  for (CommRunner* r : runners) r->comm()->ordering.finish();
+  for (CommRunner* r : runners) {
+    r->turnHeld = false;
+    r->comm()->ordering.finish();
+  }
 }
 
 }  // namespace
@@ -555,6 +621,9 @@ Status runRunners(std::span<CommRunner*> runners) {
   if (st.ok()) st = runLoop(runners);
   // A failure in a group is fatal to every communicator of the group (NCCL semantics).
   if (!st.ok()) {
+    // The flight recorders first: commSetError writes them out.
+    for (CommRunner* r : runners)
+      if (r->turnHeld) r->recordFailure();
     for (CommRunner* r : runners) commSetError(r->comm(), st);
     for (CommRunner* r : runners) r->quiesceTransfers();  // after the poison commSetError set
   }

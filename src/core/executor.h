@@ -63,7 +63,11 @@ struct ExecOp {
   // schedule cache's lock. requestElemSize 0: none yet.
   CollArgs request;
   size_t requestElemSize = 0;
-  // For messages only (formatted on error, never on the hot path).
+  // For messages and the flight recorder only (never read on the hot path otherwise).
+  const char* algo = "";  // the algorithm's registry name; "p2p" for send/recv groups
+  int32_t sendPeer = -1, recvPeer = -1;  // send/recv groups: the first peer of each kind
+  uint16_t nsend = 0, nrecv = 0;         // send/recv groups: how many of each
+  uint64_t p2pBytes = 0;                 // send/recv groups: bytes sent plus received
   CollKind coll = CollKind::kAllReduce;
   uint64_t seq = 0;
   size_t count = 0;
@@ -122,6 +126,12 @@ class CommRunner {
   // (Connection::planRecvs), so that the call may return and the user free it.
   void quiesceTransfers();
   uint64_t ticket() const { return ticket_; }
+  // Whether this runner holds its communicator's turn (acquireTickets): only then may it
+  // write the communicator's flight recorder.
+  bool turnHeld = false;
+  // Records the current op as failed in the flight recorder (with what it waited on), or
+  // the first op when it failed before starting (connecting); the caller holds the turn.
+  void recordFailure();
 
  private:
   // `st` is step `index` of lane `lane`.
@@ -150,6 +160,9 @@ class CommRunner {
   void startAgreement(const ExecOp& op);
   Result<bool> progressAgreement(const ExecOp& op);
   Status checkBlocked();
+  // The flight recorder: an op starts, and what the current one waits for (at a sleep).
+  void flightBegin(const ExecOp& op);
+  void flightWait();
   // When an op starts: names the op's memory as the landing place of the messages that
   // ZeroCopyInfo::recvTargets lists, on net rings that take it (Connection::planRecvs).
   void planRecvs(const ExecOp& op);

@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "flight_doctor.h"
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
 #include "net/netns.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -138,12 +140,15 @@ TEST(NetNs, LinkCutGivesErrorsNotHangs) {
 // returned errors carry the network's cause. The rank whose link went down says so and
 // names its interface, without blaming its peer; the peer names that rank and says it
 // stopped acknowledging (or became unreachable). SNCCL_TIMEOUT=10: the sockets give up
-// after 5 s, well before the executor's own deadline would turn it into a timeout.
+// after 5 s, well before the executor's own deadline would turn it into a timeout. From
+// the ranks' flight recorders alone, sn_doctor names the link between them, not a rank.
 TEST(NetNs, LinkCutErrorsNameTheNetworkCauseOnBothSides) {
   SKIP_UNLESS_NETNS(nodes);
   constexpr int kTimeout = 10;
   Cluster c = nodesCluster(nodes, 1);
   c.env[1] = {"SNCCL_TIMEOUT", std::to_string(kTimeout)};
+  sntest::TempDir flightDir("snccl-flight");
+  c.env.push_back({"SNCCL_FLIGHT_DIR", flightDir.path});
   c.timeoutSec = 120;
   double tCut = 0;
   Outcome o = loopUntilLinkCut(nodes, c, 1, &tCut);
@@ -164,6 +169,20 @@ TEST(NetNs, LinkCutErrorsNameTheNetworkCauseOnBothSides) {
   EXPECT_TRUE(has(peer, "rank 1 (pid") && has(peer, "stopped")) << o.describe();
   EXPECT_TRUE(has(peer, "stopped acknowledging") || has(peer, "unreachable")) << o.describe();
   EXPECT_FALSE(has(peer, "this node's network link is down")) << o.describe();
+
+  std::vector<snccl::doctor::Dump> dumps;
+  for (const std::string& f : snccl::doctor::dumpFiles(flightDir.path)) {
+    snccl::doctor::Dump d;
+    std::string err;
+    EXPECT_TRUE(snccl::doctor::readDump(f, &d, &err)) << f << ": " << err;
+    dumps.push_back(std::move(d));
+  }
+  ASSERT_EQ(dumps.size(), 2u) << "both ranks are alive and dump";
+  snccl::doctor::Diagnosis dx = snccl::doctor::diagnose(dumps);
+  std::fprintf(stderr, "sn_doctor: %s\n", dx.summary.c_str());
+  EXPECT_EQ(dx.verdict, snccl::doctor::Verdict::kLinkFailed) << dx.summary;
+  EXPECT_EQ(dx.rank, 1) << "the rank whose link went down: " << dx.summary;
+  EXPECT_EQ(dx.peer, 0) << dx.summary;
 }
 
 }  // namespace
