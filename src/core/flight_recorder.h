@@ -4,7 +4,7 @@
 //
 // One thread at a time writes (the one executing the communicator's operations, which
 // CommOrdering serialises); any thread may read a snapshot meanwhile (a dump on a signal,
-// an abort from another thread). Each slot is a seqlock over relaxed atomic words: the
+// an abort from another thread). Each slot is a seqlock over atomic words: the
 // writer pays a few plain stores per operation, a reader retries a slot it saw change.
 #pragma once
 

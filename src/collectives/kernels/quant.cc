@@ -166,8 +166,19 @@ bool validFormat(int bits, size_t block) {
 
 // Cloned for AVX2 (picked once by the loader from the CPU), everything above inlined: the loops
 // above are twice as wide there. The arithmetic is the same IEEE operations either way, so the
-// clone changes no bits.
+// clone changes no bits. Not under ThreadSanitizer: the loader runs the clones' resolver while
+// it relocates the library, before the sanitizer's runtime is set up, and the resolver's
+// instrumentation then crashes every program at start.
+#if defined(__SANITIZE_THREAD__)
+#define SNCCL_QUANT_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SNCCL_QUANT_CLONES
+#endif
+#endif
+#ifndef SNCCL_QUANT_CLONES
 #define SNCCL_QUANT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 
 SNCCL_QUANT_CLONES void encode(const Format& f, size_t count, const float* a, const uint8_t* prev, float* residual,
                                uint8_t* enc, float* out, uint32_t divisor) {
