@@ -1,7 +1,6 @@
 // Reading flight recorder dumps and reasoning over them (see flight_doctor.h).
 #include "flight_doctor.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "common/status.h"
+#include "dir_files.h"
 
 namespace snccl::doctor {
 
@@ -128,11 +128,12 @@ std::string rankLine(const View& v, const Dump& d) {
     const Op& o = d.ops.back();
     s += o.collective() ? format("%s #%llu", callText(o).c_str(), (unsigned long long)o.seq)
                         : format("send/recv group (%u sends, %u receives) after collective #%llu", o.nsend, o.nrecv,
-                              (unsigned long long)o.seq);
-    s += format(" [%s, algo %s, steps %u/%u", o.state.c_str(), o.algo.c_str(), o.stepsDone, o.stepsTotal);
+                                 (unsigned long long)o.seq);
+    s += format(" [%s, algo %s", o.state.c_str(), o.algo.c_str());
+    if (o.stepsTotal > 0) s += format(", steps %u/%u", o.stepsDone, o.stepsTotal);
     if (o.waitPeer >= 0 && o.state != "done")
       s += format(", waiting for %s from rank %d at message %llu", o.wait == "credit" ? "a credit" : "data", o.waitPeer,
-               (unsigned long long)o.waitMsg);
+                  (unsigned long long)o.waitMsg);
     s += "]";
   }
   if (d.hasError) s += format("; error (%s, peer %d): %s", d.cause.c_str(), d.causePeer, d.errorText.c_str());
@@ -199,17 +200,17 @@ bool explainMissing(const View& v, const std::vector<int>& missing, Diagnosis* o
   if (exited >= 0) {
     out->verdict = Verdict::kRankDied;
     out->summary = format("%s died%s: a survivor saw its process exit; it left no record%s", v.name(who).c_str(),
-                       where.c_str(), others.c_str());
+                          where.c_str(), others.c_str());
   } else if (stopped >= 0) {
     out->verdict = Verdict::kRankStopped;
     out->summary = format("%s was stopped (SIGSTOP or a debugger)%s and the others timed out waiting for it%s",
-                       v.name(who).c_str(), where.c_str(), others.c_str());
+                          v.name(who).c_str(), where.c_str(), others.c_str());
   } else {
     out->verdict = Verdict::kRankMissing;
-    out->summary =
-        format("%s left no record%s: it exited, was killed or hangs (or its dump was not collected); "
-            "the others failed waiting for it%s",
-            v.name(who).c_str(), where.c_str(), others.c_str());
+    out->summary = format(
+        "%s left no record%s: it exited, was killed or hangs (or its dump was not collected); "
+        "the others failed waiting for it%s",
+        v.name(who).c_str(), where.c_str(), others.c_str());
   }
   return true;
 }
@@ -244,10 +245,10 @@ bool findSlow(const View& v, Diagnosis* out) {
     out->verdict = Verdict::kSlowRank;
     out->rank = who;
     out->seq = front;
-    out->summary =
-        format("%s never started collective #%lld, which the others were in (its last: %s): it was slow "
-            "or stuck outside the library",
-            v.name(who).c_str(), (long long)front, whoSeq >= 0 ? format("#%lld", (long long)whoSeq).c_str() : "none");
+    out->summary = format(
+        "%s never started collective #%lld, which the others were in (its last: %s): it was slow "
+        "or stuck outside the library",
+        v.name(who).c_str(), (long long)front, whoSeq >= 0 ? format("#%lld", (long long)whoSeq).c_str() : "none");
     return true;
   }
   if (!behind.empty() || !anyFailed) return false;
@@ -264,10 +265,10 @@ bool findSlow(const View& v, Diagnosis* out) {
   out->verdict = Verdict::kSlowRank;
   out->rank = starts.back().second;
   out->seq = front;
-  out->summary =
-      format("%s started collective #%lld %.1f s after every other rank: it was slow, and the others "
-          "failed waiting for it",
-          v.name(out->rank).c_str(), (long long)front, double(gap) * 1e-9);
+  out->summary = format(
+      "%s started collective #%lld %.1f s after every other rank: it was slow, and the others "
+      "failed waiting for it",
+      v.name(out->rank).c_str(), (long long)front, double(gap) * 1e-9);
   return true;
 }
 
@@ -286,8 +287,8 @@ bool findLink(const View& v, Diagnosis* out) {
   if (const Op* o = View::lastCollective(*best)) out->seq = int64_t(o->seq);
   out->summary =
       format("the network connection between %s and %s failed while both ranks were alive%s: %s",
-          v.name(best->rank).c_str(), v.name(best->causePeer).c_str(),
-          best->culprit == best->rank ? " (it failed on the first rank's side)" : "", best->errorText.c_str());
+             v.name(best->rank).c_str(), v.name(best->causePeer).c_str(),
+             best->culprit == best->rank ? " (it failed on the first rank's side)" : "", best->errorText.c_str());
   return true;
 }
 
@@ -404,17 +405,7 @@ bool readDump(const std::string& path, Dump* out, std::string* err) {
 std::vector<std::string> dumpFiles(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {path};
-  std::vector<std::string> files;
-  if (DIR* d = opendir(path.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name.rfind("snccl-flight-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".txt") == 0)
-        files.push_back(path + "/" + name);
-    }
-    closedir(d);
-  }
-  std::sort(files.begin(), files.end());
-  return files;
+  return tools::filesIn(path, "snccl-flight-", ".txt");
 }
 
 std::map<uint64_t, std::vector<Dump>> byComm(const std::vector<Dump>& dumps) {

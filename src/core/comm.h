@@ -26,6 +26,7 @@
 #include "core/bootstrap.h"
 #include "core/comm_errors.h"
 #include "core/comm_ordering.h"
+#include "core/comm_stats.h"
 #include "core/flight_recorder.h"
 #include "core/peer_buffers.h"
 #include "core/scratch_pool.h"
@@ -281,6 +282,8 @@ struct ncclComm {
   snccl::CommErrors errors;
   // The last operations, for post-mortems (core/flight_recorder.h, core/flight_dump.h).
   snccl::flight::Recorder flight{size_t(snccl::params::getInt(snccl::params::Id::FlightRecorder))};
+  // Traffic per peer, live (core/comm_stats.h); set up at init.
+  snccl::stats::CommStats stats;
   std::thread initThread;  // non-blocking init
   snccl::CommOrdering ordering;
   snccl::CommRegistrations regs;

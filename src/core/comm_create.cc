@@ -240,6 +240,17 @@ void setWaitBudgets(ncclComm* comm) {
   comm->yieldUs = yieldBudgetUs(busyThreads);
 }
 
+// The traffic counters: in SNCCL_STATS_DIR when set and writable, else private.
+void openStats(ncclComm* comm) {
+  if (params::getInt(params::Id::Stats) == 0) return;
+  const std::string& dir = params::getString(params::Id::StatsDir);
+  Status st = comm->stats.open(comm->peers.commHash, comm->rank, comm->nranks, dir);
+  if (st.ok()) return;
+  SN_WARN("rank %d: %s; the traffic counters stay private", comm->rank, st.message().c_str());
+  st = comm->stats.open(comm->peers.commHash, comm->rank, comm->nranks, std::string());
+  if (!st.ok()) SN_WARN("rank %d: %s; no traffic counters", comm->rank, st.message().c_str());
+}
+
 // Everything init derives once the bootstrap is up, in this order: later steps read what
 // earlier ones set (planConnections the node placement, tune the slot size and the
 // single copy, setWaitBudgets the tuner's node count).
@@ -252,6 +263,7 @@ Status finishInit(ncclComm* comm) {
   SNCCL_TRY(planConnections(comm));
   tune(comm);
   setWaitBudgets(comm);
+  openStats(comm);
   flight::registerComm(comm);
   SN_INFO(log::kInit, "comm %p rank %d nRanks %d localRanks %d commHash %016llx - Init COMPLETE", (void*)comm,
           comm->rank, comm->nranks, comm->peers.localRanks, (unsigned long long)comm->peers.commHash);

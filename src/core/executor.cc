@@ -197,6 +197,18 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
   }
   if (sc != nullptr) sc->post(static_cast<uint32_t>(bytes), op.sig);
   if (rc != nullptr) rc->release();
+  if (comm_->stats.ready()) {
+    if (primSends(st.prim)) {
+      stats::PeerStats& p = comm_->stats.peer(st.sendPeer);
+      stats::bump(p.sendBytes, bytes);
+      stats::bump(p.sendMsgs, 1);
+    }
+    if (primReceives(st.prim)) {
+      stats::PeerStats& p = comm_->stats.peer(st.recvPeer);
+      stats::bump(p.recvBytes, bytes);
+      stats::bump(p.recvMsgs, 1);
+    }
+  }
   return true;
 }
 
@@ -286,8 +298,10 @@ void CommRunner::flightBegin(const ExecOp& op) {
   r.recvPeer = op.recvPeer;
   r.nsend = op.nsend;
   r.nrecv = op.nrecv;
+  // The single-copy AllReduce runs phases, not steps: its lanes run only as a fallback.
   size_t total = 0;
-  for (const Lane& l : op.sched->lanes) total += l.steps.size();
+  if (!op.mapped)
+    for (const Lane& l : op.sched->lanes) total += l.steps.size();
   r.stepsTotal = uint32_t(std::min<size_t>(total, UINT32_MAX));
   fr.begin(r);
 }
@@ -478,7 +492,12 @@ Status CommRunner::sleepOnBlocked() {
   // Asleep, the runner cannot drive its net rings: the proxy moves them and wakes it.
   releaseDriven(true);
   if (blockedConn_ != nullptr) {
+    const int64_t t0 = Backoff::nowNs();
     blockedConn_->sleep(blockedSender_, kSleepSliceUs);
+    if (comm_->stats.ready()) {
+      stats::PeerStats& p = comm_->stats.peer(blockedConn_->peer());
+      stats::bump(blockedSender_ ? p.sendWaitNs : p.recvWaitNs, uint64_t(Backoff::nowNs() - t0));
+    }
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

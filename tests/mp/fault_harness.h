@@ -43,6 +43,8 @@ struct Shared {
   RankResult r[kMaxRanks];
   double tEvent;  // when the fault happened (kill, abort)
   int stop;       // lingering ranks may exit
+  int go;         // a supervisor's signal to the ranks, for the tests that need one
+  uint64_t measured;  // what a supervisor measured (it runs in the coordinator's process)
   int idState;    // 0: not yet, 1: id valid, 2: the coordinator failed to make one
   int coordinatorOk;
   char coordinatorMsg[256];

@@ -1,0 +1,116 @@
+// The live traffic counters (SNCCL_STATS_DIR, src/core/comm_stats.h) and sn_top's reading
+// of them (tools/traffic_stats.h), ranks as processes: the counts are exact for a ring
+// AllReduce, the two ends of every pair agree, and a reader sees them grow while the job
+// runs.
+#include <signal.h>
+
+#include <numeric>
+
+#include "mp/fault_harness.h"
+#include "support/temp_dir.h"
+#include "traffic_stats.h"
+
+namespace {
+
+using namespace faults;
+namespace tr = snccl::traffic;
+
+std::vector<tr::RankCounters> readDir(const std::string& dir) {
+  std::vector<tr::RankCounters> out;
+  for (const std::string& f : tr::counterFiles(dir)) {
+    tr::RankCounters r;
+    std::string err;
+    EXPECT_TRUE(tr::readCounters(f, &r, &err)) << f << ": " << err;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+uint64_t totalSent(const std::vector<tr::RankCounters>& ranks) {
+  uint64_t s = 0;
+  for (const auto& r : ranks)
+    for (const auto& p : r.peers) s += p.sendBytes;
+  return s;
+}
+
+// A ring AllReduce sends every byte of the buffer n-1 times in its reduce-scatter and n-1
+// times in its all-gather, whatever the chunking: 2 (n-1) x bytes over all ranks.
+TEST(Traffic, RingAllReduceCountsAreExactAndPairsAgree) {
+  const int n = 3, iters = 12;
+  const size_t count = 100003;  // odd: blocks of different sizes
+  sntest::Watchdog dog(120, "traffic counters");
+  sntest::TempDir dir("snccl-stats");
+  Shared* sh = runScenario(
+      n, {{"SNCCL_STATS_DIR", dir.path}, {"SNCCL_ALGO", "ring"}, {"SNCCL_SINGLE_COPY_BYTES", "0"}},
+      [&](int rank, Shared* s) {
+        ncclComm_t comm = initRank(s, rank, n);
+        if (comm == nullptr) return;
+        std::vector<float> in(count, 1.0f), out(count);
+        ncclResult_t res = ncclSuccess;
+        for (int it = 0; it < iters && res == ncclSuccess; ++it) {
+          res = ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr);
+          __atomic_store_n(&s->r[rank].iters, it + 1, __ATOMIC_RELEASE);
+          // Half way, wait until the supervisor has read the counters live.
+          if (it == iters / 2 - 1)
+            for (double end = nowSec() + 30; !__atomic_load_n(&s->go, __ATOMIC_ACQUIRE) && nowSec() < end;)
+              usleep(1000);
+        }
+        if (res == ncclSuccess && out[count - 1] != float(n)) res = ncclInternalError;
+        record(s, rank, res);
+        if (res == ncclSuccess) res = ncclCommDestroy(comm);
+      },
+      [&](Shared* s, const std::vector<pid_t>&) {
+        waitForIters(s, n, iters / 2);
+        s->measured = totalSent(readDir(dir.path));
+        __atomic_store_n(&s->go, 1, __ATOMIC_RELEASE);
+      });
+  ASSERT_NE(sh, nullptr);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(sh->r[r].code, ncclSuccess) << describe(sh, n);
+  const uint64_t perOp = 2 * uint64_t(n - 1) * count * sizeof(float);
+  EXPECT_EQ(sh->measured, perOp * (iters / 2)) << "read while the ranks waited half way";
+
+  auto comms = tr::byComm(readDir(dir.path));
+  ASSERT_EQ(comms.size(), 1u);
+  const std::vector<tr::RankCounters>& ranks = comms.begin()->second;
+  ASSERT_EQ(ranks.size(), size_t(n));
+  EXPECT_EQ(totalSent(ranks), perOp * iters);
+  for (const auto& a : ranks) {
+    EXPECT_EQ(a.nranks, n);
+    EXPECT_EQ(a.peers[size_t(a.rank)].sendBytes, 0u) << "nothing to itself";
+    for (const auto& b : ranks) {
+      if (a.rank == b.rank) continue;
+      const auto& ab = a.peers[size_t(b.rank)];
+      const auto& ba = b.peers[size_t(a.rank)];
+      EXPECT_EQ(ab.sendBytes, ba.recvBytes) << a.rank << " -> " << b.rank;
+      EXPECT_EQ(ab.sendMsgs, ba.recvMsgs) << a.rank << " -> " << b.rank;
+      if (ab.sendBytes + ab.recvBytes > 0) {
+        EXPECT_EQ(ab.link, "shm") << a.rank << " - " << b.rank;
+      }
+    }
+  }
+  const std::string table = tr::renderTable(ranks, nullptr, 0);
+  EXPECT_NE(table.find("shm"), std::string::npos) << table;
+  const std::string svg = tr::renderSvg(ranks);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  size_t cells = 0;
+  for (size_t at = svg.find("<title>"); at != std::string::npos; at = svg.find("<title>", at + 1)) ++cells;
+  EXPECT_GE(cells, size_t(n * n)) << "a cell per pair of ranks, plus the links";
+  std::printf("%s", table.c_str());
+  mp::freeShared(sh);
+}
+
+TEST(Traffic, NotCounterFilesAreRefused) {
+  sntest::TempDir dir("snccl-stats");
+  const std::string path = dir.path + "/snccl-stats-0-r0.bin";
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("not a counter file, but long enough to hold a header of the right size.............", f);
+  std::fclose(f);
+  tr::RankCounters r;
+  std::string err;
+  EXPECT_FALSE(tr::readCounters(path, &r, &err));
+  EXPECT_FALSE(err.empty());
+  EXPECT_FALSE(tr::readCounters(dir.path + "/missing", &r, &err));
+}
+
+}  // namespace

@@ -1,0 +1,221 @@
+// Reading the traffic counter files, and the table and picture of them.
+#include "traffic_stats.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/status.h"
+#include "core/comm_stats.h"
+#include "dir_files.h"
+
+namespace snccl::traffic {
+
+namespace {
+
+constexpr int kMaxRanks = 1 << 20;  // more than any communicator: a larger count is corrupt
+
+std::string human(double v, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T"};
+  int i = 0;
+  while (v >= 1000 && i < 4) v /= 1000, ++i;
+  return format(v < 10 && i > 0 ? "%.2f %s%s" : "%.1f %s%s", v, prefixes[i], unit);
+}
+
+std::string xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool readCounters(const std::string& path, RankCounters* out, std::string* err) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    *err = format("cannot open: %s", std::strerror(errno));
+    return false;
+  }
+  stats::StatsHeader h;
+  const bool whole = pread(fd, &h, sizeof h, 0) == ssize_t(sizeof h);
+  if (!whole || std::memcmp(h.magic, stats::kMagic, sizeof h.magic) != 0 || h.headerBytes != sizeof h ||
+      h.peerBytes != sizeof(stats::PeerStats) || h.nranks <= 0 || h.nranks > kMaxRanks || h.rank < 0 ||
+      h.rank >= h.nranks) {
+    close(fd);
+    *err = "not a traffic counter file of this layout";
+    return false;
+  }
+  // The counters are 64-bit words the writer stores whole: a read sees each one whole.
+  std::vector<stats::PeerStats> raw(size_t(h.nranks));
+  const size_t bytes = raw.size() * sizeof(stats::PeerStats);
+  const bool all = pread(fd, static_cast<void*>(raw.data()), bytes, sizeof h) == ssize_t(bytes);
+  close(fd);
+  if (!all) {
+    *err = "the file is shorter than its rank count says";
+    return false;
+  }
+  h.host[sizeof h.host - 1] = '\0';
+  out->file = path;
+  out->hash = h.commHash;
+  out->rank = h.rank;
+  out->nranks = h.nranks;
+  out->pid = h.pid;
+  out->host = h.host;
+  out->startNs = h.startNs;
+  out->peers.clear();
+  for (const stats::PeerStats& p : raw) {
+    PeerCounters c;
+    c.link.assign(p.link, strnlen(p.link, sizeof p.link));
+    c.sendBytes = p.sendBytes.load(std::memory_order_relaxed);
+    c.recvBytes = p.recvBytes.load(std::memory_order_relaxed);
+    c.sendMsgs = p.sendMsgs.load(std::memory_order_relaxed);
+    c.recvMsgs = p.recvMsgs.load(std::memory_order_relaxed);
+    c.sendWaitNs = p.sendWaitNs.load(std::memory_order_relaxed);
+    c.recvWaitNs = p.recvWaitNs.load(std::memory_order_relaxed);
+    out->peers.push_back(std::move(c));
+  }
+  return true;
+}
+
+std::vector<std::string> counterFiles(const std::string& dir) {
+  return tools::filesIn(dir, "snccl-stats-", ".bin");
+}
+
+std::map<uint64_t, std::vector<RankCounters>> byComm(const std::vector<RankCounters>& all) {
+  std::map<uint64_t, std::vector<RankCounters>> out;
+  for (const RankCounters& r : all) out[r.hash].push_back(r);
+  for (auto& [hash, v] : out)
+    std::sort(v.begin(), v.end(), [](const RankCounters& a, const RankCounters& b) { return a.rank < b.rank; });
+  return out;
+}
+
+std::string renderTable(const std::vector<RankCounters>& now, const std::vector<RankCounters>* before, double seconds) {
+  const bool rates = before != nullptr && seconds > 0;
+  std::string out = format("%5s %5s %-8s %14s %14s %10s %10s %12s %12s\n", "rank", "peer", "link",
+                           rates ? "send/s" : "sent", rates ? "recv/s" : "received", rates ? "msgs/s" : "msgs out",
+                           rates ? "in/s" : "msgs in", rates ? "credit wait" : "credit wait", "data wait");
+  for (const RankCounters& r : now) {
+    const RankCounters* old = nullptr;
+    if (rates)
+      for (const RankCounters& b : *before)
+        if (b.rank == r.rank && b.hash == r.hash && b.peers.size() == r.peers.size()) old = &b;
+    for (size_t p = 0; p < r.peers.size(); ++p) {
+      PeerCounters c = r.peers[p];
+      if (c.sendMsgs == 0 && c.recvMsgs == 0 && c.link.empty()) continue;
+      if (old != nullptr) {
+        const PeerCounters& o = old->peers[p];
+        c.sendBytes -= std::min(c.sendBytes, o.sendBytes);
+        c.recvBytes -= std::min(c.recvBytes, o.recvBytes);
+        c.sendMsgs -= std::min(c.sendMsgs, o.sendMsgs);
+        c.recvMsgs -= std::min(c.recvMsgs, o.recvMsgs);
+        c.sendWaitNs -= std::min(c.sendWaitNs, o.sendWaitNs);
+        c.recvWaitNs -= std::min(c.recvWaitNs, o.recvWaitNs);
+      }
+      const double div = rates ? seconds : 1.0;
+      // Waits: a share of the interval when showing rates, seconds in total otherwise.
+      auto wait = [&](uint64_t ns) {
+        return rates ? format("%.1f%%", 100.0 * double(ns) * 1e-9 / seconds) : format("%.3f s", double(ns) * 1e-9);
+      };
+      out +=
+          format("%5d %5zu %-8s %14s %14s %10.0f %10.0f %12s %12s\n", r.rank, p, c.link.empty() ? "-" : c.link.c_str(),
+                 human(double(c.sendBytes) / div, rates ? "B/s" : "B").c_str(),
+                 human(double(c.recvBytes) / div, rates ? "B/s" : "B").c_str(), double(c.sendMsgs) / div,
+                 double(c.recvMsgs) / div, wait(c.sendWaitNs).c_str(), wait(c.recvWaitNs).c_str());
+    }
+  }
+  return out;
+}
+
+std::string renderSvg(const std::vector<RankCounters>& ranks) {
+  int n = 0;
+  for (const RankCounters& r : ranks) n = std::max(n, r.nranks);
+  const int cell = n <= 16 ? 28 : n <= 64 ? 10 : 4;
+  const int left = 60, top = 60;
+  const int matrix = cell * n;
+  // Per pair (a < b) of ranks that exchanged anything: bytes each way, link, waits.
+  struct Pair {
+    int a, b;
+    uint64_t ab, ba, waitNs;
+    std::string link;
+  };
+  std::vector<Pair> pairs;
+  std::vector<uint64_t> sent(size_t(n) * size_t(n), 0);
+  uint64_t maxSent = 1;
+  for (const RankCounters& r : ranks)
+    for (size_t p = 0; p < r.peers.size() && int(p) < n; ++p) {
+      sent[size_t(r.rank) * size_t(n) + p] = r.peers[p].sendBytes;
+      maxSent = std::max(maxSent, r.peers[p].sendBytes);
+    }
+  for (const RankCounters& r : ranks)
+    for (size_t p = size_t(r.rank) + 1; p < r.peers.size() && int(p) < n; ++p) {
+      const PeerCounters& c = r.peers[p];
+      const uint64_t ba = sent[p * size_t(n) + size_t(r.rank)];
+      if (c.sendBytes == 0 && ba == 0 && c.recvBytes == 0) continue;
+      pairs.push_back({r.rank, int(p), c.sendBytes, std::max(ba, c.recvBytes), c.sendWaitNs + c.recvWaitNs, c.link});
+    }
+  constexpr size_t kPairsShown = 64;  // the busiest; a large job has too many to list
+  std::sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) { return x.ab + x.ba > y.ab + y.ba; });
+  if (pairs.size() > kPairsShown) pairs.resize(kPairsShown);
+  uint64_t maxPair = 1;
+  for (const Pair& p : pairs) maxPair = std::max(maxPair, p.ab + p.ba);
+  const int barTop = top + matrix + 50, barRow = 18, barWidth = 360;
+  const int width = std::max(left + matrix + 40, 620);
+  const int height = barTop + barRow * int(pairs.size()) + 30;
+  std::string s = format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+      "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      width, height);
+  const uint64_t hash = ranks.empty() ? 0 : ranks[0].hash;
+  s += format(
+      "<text x=\"10\" y=\"18\" font-size=\"14\">communicator %016llx: bytes sent, row rank to column rank "
+      "(max %s)</text>\n",
+      (unsigned long long)hash, xml(human(double(maxSent), "B")).c_str());
+  for (int i = 0; i < n && cell >= 10; ++i) {
+    s += format("<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", left + i * cell + cell / 2, top - 6, i);
+    s += format("<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d</text>\n", left - 6, top + i * cell + cell / 2 + 4, i);
+  }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const uint64_t v = sent[size_t(i) * size_t(n) + size_t(j)];
+      const int shade = 255 - int(220.0 * double(v) / double(maxSent));
+      s += format(
+          "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(255,%d,%d)\" stroke=\"#ddd\">"
+          "<title>%d to %d: %s</title></rect>\n",
+          left + j * cell, top + i * cell, cell, cell, shade, shade, i, j, xml(human(double(v), "B")).c_str());
+    }
+  s += format(
+      "<text x=\"10\" y=\"%d\" font-size=\"14\">links: bytes both ways (busiest %zu), transport, time "
+      "waiting</text>\n",
+      barTop - 14, pairs.size());
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const Pair& p = pairs[k];
+    const int y = barTop + int(k) * barRow;
+    const int w1 = int(double(barWidth) * double(p.ab) / double(maxPair));
+    const int w2 = int(double(barWidth) * double(p.ba) / double(maxPair));
+    s += format("<text x=\"10\" y=\"%d\">%d - %d</text>\n", y + 12, p.a, p.b);
+    s += format(
+        "<rect x=\"70\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#c0392b\"><title>%d to %d: %s</title></rect>\n",
+        y + 2, std::max(w1, 1), p.a, p.b, xml(human(double(p.ab), "B")).c_str());
+    s += format(
+        "<rect x=\"70\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#2c7fb8\"><title>%d to %d: %s</title></rect>\n",
+        y + 9, std::max(w2, 1), p.b, p.a, xml(human(double(p.ba), "B")).c_str());
+    s += format("<text x=\"%d\" y=\"%d\">%s, %s waiting</text>\n", 80 + barWidth, y + 12,
+                xml(p.link.empty() ? "-" : p.link).c_str(), format("%.3f s", double(p.waitNs) * 1e-9).c_str());
+  }
+  return s + "</svg>\n";
+}
+
+}  // namespace snccl::traffic
