@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "common/status.h"
@@ -43,50 +45,70 @@ std::string xml(const std::string& s) {
 
 }  // namespace
 
-bool readCounters(const std::string& path, RankCounters* out, std::string* err) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    *err = format("cannot open: %s", std::strerror(errno));
+bool parseCounters(const void* data, size_t size, RankCounters* out, std::string* err) {
+  stats::StatsHeader h;
+  if (size < sizeof h) {
+    *err = "shorter than a counter file's header";
     return false;
   }
-  stats::StatsHeader h;
-  const bool whole = pread(fd, &h, sizeof h, 0) == ssize_t(sizeof h);
-  if (!whole || std::memcmp(h.magic, stats::kMagic, sizeof h.magic) != 0 || h.headerBytes != sizeof h ||
+  std::memcpy(static_cast<void*>(&h), data, sizeof h);
+  if (std::memcmp(h.magic, stats::kMagic, sizeof h.magic) != 0 || h.headerBytes != sizeof h ||
       h.peerBytes != sizeof(stats::PeerStats) || h.nranks <= 0 || h.nranks > kMaxRanks || h.rank < 0 ||
       h.rank >= h.nranks) {
-    close(fd);
     *err = "not a traffic counter file of this layout";
     return false;
   }
-  // The counters are 64-bit words the writer stores whole: a read sees each one whole.
-  std::vector<stats::PeerStats> raw(size_t(h.nranks));
-  const size_t bytes = raw.size() * sizeof(stats::PeerStats);
-  const bool all = pread(fd, static_cast<void*>(raw.data()), bytes, sizeof h) == ssize_t(bytes);
-  close(fd);
-  if (!all) {
+  if (size < sizeof h + size_t(h.nranks) * sizeof(stats::PeerStats)) {
     *err = "the file is shorter than its rank count says";
     return false;
   }
   h.host[sizeof h.host - 1] = '\0';
-  out->file = path;
   out->hash = h.commHash;
   out->rank = h.rank;
   out->nranks = h.nranks;
   out->pid = h.pid;
   out->host = h.host;
   out->startNs = h.startNs;
-  out->peers.clear();
-  for (const stats::PeerStats& p : raw) {
-    PeerCounters c;
-    c.link.assign(p.link, strnlen(p.link, sizeof p.link));
-    c.sendBytes = p.sendBytes.load(std::memory_order_relaxed);
-    c.recvBytes = p.recvBytes.load(std::memory_order_relaxed);
-    c.sendMsgs = p.sendMsgs.load(std::memory_order_relaxed);
-    c.recvMsgs = p.recvMsgs.load(std::memory_order_relaxed);
-    c.sendWaitNs = p.sendWaitNs.load(std::memory_order_relaxed);
-    c.recvWaitNs = p.recvWaitNs.load(std::memory_order_relaxed);
-    out->peers.push_back(std::move(c));
+  out->peers.assign(size_t(h.nranks), PeerCounters{});
+  // A PeerStats as bytes: the link's name, then its 64-bit counters in declaration order.
+  constexpr size_t kLink = sizeof(stats::PeerStats::link);
+  static_assert(offsetof(stats::PeerStats, sendBytes) == kLink && sizeof(stats::PeerStats) == kLink + 6 * 8);
+  const char* p = static_cast<const char*>(data) + sizeof h;
+  for (PeerCounters& c : out->peers) {
+    c.link.assign(p, strnlen(p, kLink));
+    uint64_t v[6];
+    std::memcpy(v, p + kLink, sizeof v);
+    c.sendBytes = v[0], c.recvBytes = v[1], c.sendMsgs = v[2], c.recvMsgs = v[3];
+    c.sendWaitNs = v[4], c.recvWaitNs = v[5];
+    p += sizeof(stats::PeerStats);
   }
+  return true;
+}
+
+bool readCounters(const std::string& path, RankCounters* out, std::string* err) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    *err = format("cannot open: %s", std::strerror(errno));
+    return false;
+  }
+  // The largest file a valid header allows; the writer stores each counter as a whole
+  // aligned word, which a read copies whole.
+  const size_t cap = sizeof(stats::StatsHeader) + size_t(kMaxRanks) * sizeof(stats::PeerStats);
+  std::vector<char> buf(sizeof(stats::StatsHeader));
+  size_t got = 0;
+  for (;;) {
+    if (got == buf.size()) {
+      if (buf.size() >= cap) break;
+      buf.resize(std::min(cap, buf.size() * 4));
+    }
+    const ssize_t n = pread(fd, buf.data() + got, buf.size() - got, off_t(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  close(fd);
+  if (!parseCounters(buf.data(), got, out, err)) return false;
+  out->file = path;
   return true;
 }
 
@@ -142,9 +164,18 @@ std::string renderTable(const std::vector<RankCounters>& now, const std::vector<
 std::string renderSvg(const std::vector<RankCounters>& ranks) {
   int n = 0;
   for (const RankCounters& r : ranks) n = std::max(n, r.nranks);
+  // The matrix up to kMatrixMax ranks (a cell each); beyond, only the busiest links.
+  constexpr int kMatrixMax = 256;
+  const bool drawMatrix = n <= kMatrixMax;
   const int cell = n <= 16 ? 28 : n <= 64 ? 10 : 4;
   const int left = 60, top = 60;
-  const int matrix = cell * n;
+  const int matrix = drawMatrix ? cell * n : 0;
+  std::vector<const RankCounters*> byRank(size_t(n), nullptr);
+  for (const RankCounters& r : ranks) byRank[size_t(r.rank)] = &r;
+  auto sentBy = [&](int from, int to) -> uint64_t {
+    const RankCounters* r = byRank[size_t(from)];
+    return r != nullptr && size_t(to) < r->peers.size() ? r->peers[size_t(to)].sendBytes : 0;
+  };
   // Per pair (a < b) of ranks that exchanged anything: bytes each way, link, waits.
   struct Pair {
     int a, b;
@@ -152,25 +183,23 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
     std::string link;
   };
   std::vector<Pair> pairs;
-  std::vector<uint64_t> sent(size_t(n) * size_t(n), 0);
   uint64_t maxSent = 1;
   for (const RankCounters& r : ranks)
-    for (size_t p = 0; p < r.peers.size() && int(p) < n; ++p) {
-      sent[size_t(r.rank) * size_t(n) + p] = r.peers[p].sendBytes;
-      maxSent = std::max(maxSent, r.peers[p].sendBytes);
-    }
+    for (const PeerCounters& c : r.peers) maxSent = std::max(maxSent, c.sendBytes);
   for (const RankCounters& r : ranks)
     for (size_t p = size_t(r.rank) + 1; p < r.peers.size() && int(p) < n; ++p) {
       const PeerCounters& c = r.peers[p];
-      const uint64_t ba = sent[p * size_t(n) + size_t(r.rank)];
+      const uint64_t ba = sentBy(int(p), r.rank);
       if (c.sendBytes == 0 && ba == 0 && c.recvBytes == 0) continue;
       pairs.push_back({r.rank, int(p), c.sendBytes, std::max(ba, c.recvBytes), c.sendWaitNs + c.recvWaitNs, c.link});
     }
   constexpr size_t kPairsShown = 64;  // the busiest; a large job has too many to list
-  std::sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) { return x.ab + x.ba > y.ab + y.ba; });
+  // Sums as doubles: counters from a corrupt file may be near 2^64.
+  auto total = [](const Pair& x) { return double(x.ab) + double(x.ba); };
+  std::sort(pairs.begin(), pairs.end(), [&](const Pair& x, const Pair& y) { return total(x) > total(y); });
   if (pairs.size() > kPairsShown) pairs.resize(kPairsShown);
-  uint64_t maxPair = 1;
-  for (const Pair& p : pairs) maxPair = std::max(maxPair, p.ab + p.ba);
+  double maxPair = 1;
+  for (const Pair& p : pairs) maxPair = std::max(maxPair, total(p));
   const int barTop = top + matrix + 50, barRow = 18, barWidth = 360;
   const int width = std::max(left + matrix + 40, 620);
   const int height = barTop + barRow * int(pairs.size()) + 30;
@@ -183,13 +212,16 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
       "<text x=\"10\" y=\"18\" font-size=\"14\">communicator %016llx: bytes sent, row rank to column rank "
       "(max %s)</text>\n",
       (unsigned long long)hash, xml(human(double(maxSent), "B")).c_str());
-  for (int i = 0; i < n && cell >= 10; ++i) {
+  if (!drawMatrix)
+    s += format("<text x=\"10\" y=\"40\">%d ranks: the matrix is drawn up to %d; the busiest links follow</text>\n", n,
+                kMatrixMax);
+  for (int i = 0; drawMatrix && i < n && cell >= 10; ++i) {
     s += format("<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", left + i * cell + cell / 2, top - 6, i);
     s += format("<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d</text>\n", left - 6, top + i * cell + cell / 2 + 4, i);
   }
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; drawMatrix && i < n; ++i)
     for (int j = 0; j < n; ++j) {
-      const uint64_t v = sent[size_t(i) * size_t(n) + size_t(j)];
+      const uint64_t v = sentBy(i, j);
       const int shade = 255 - int(220.0 * double(v) / double(maxSent));
       s += format(
           "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(255,%d,%d)\" stroke=\"#ddd\">"
@@ -203,8 +235,8 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
   for (size_t k = 0; k < pairs.size(); ++k) {
     const Pair& p = pairs[k];
     const int y = barTop + int(k) * barRow;
-    const int w1 = int(double(barWidth) * double(p.ab) / double(maxPair));
-    const int w2 = int(double(barWidth) * double(p.ba) / double(maxPair));
+    const int w1 = int(double(barWidth) * double(p.ab) / maxPair);
+    const int w2 = int(double(barWidth) * double(p.ba) / maxPair);
     s += format("<text x=\"10\" y=\"%d\">%d - %d</text>\n", y + 12, p.a, p.b);
     s += format(
         "<rect x=\"70\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#c0392b\"><title>%d to %d: %s</title></rect>\n",

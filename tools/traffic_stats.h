@@ -24,7 +24,9 @@ struct RankCounters {
   std::vector<PeerCounters> peers;  // by peer rank
 };
 
-// Reads one file; false with *err set when it is not a counter file of this layout.
+// Parses the bytes of a counter file; false with *err set when they are not one.
+bool parseCounters(const void* data, size_t size, RankCounters* out, std::string* err);
+// Reads and parses one file (RankCounters::file set).
 bool readCounters(const std::string& path, RankCounters* out, std::string* err);
 // The counter files in a directory (snccl-stats-*.bin), sorted.
 std::vector<std::string> counterFiles(const std::string& dir);
