@@ -72,14 +72,14 @@ bool parseCounters(const void* data, size_t size, RankCounters* out, std::string
   out->peers.assign(size_t(h.nranks), PeerCounters{});
   // A PeerStats as bytes: the link's name, then its 64-bit counters in declaration order.
   constexpr size_t kLink = sizeof(stats::PeerStats::link);
-  static_assert(offsetof(stats::PeerStats, sendBytes) == kLink && sizeof(stats::PeerStats) == kLink + 6 * 8);
+  static_assert(offsetof(stats::PeerStats, sendBytes) == kLink && sizeof(stats::PeerStats) == kLink + 7 * 8);
   const char* p = static_cast<const char*>(data) + sizeof h;
   for (PeerCounters& c : out->peers) {
     c.link.assign(p, strnlen(p, kLink));
-    uint64_t v[6];
+    uint64_t v[7];
     std::memcpy(v, p + kLink, sizeof v);
     c.sendBytes = v[0], c.recvBytes = v[1], c.sendMsgs = v[2], c.recvMsgs = v[3];
-    c.sendWaitNs = v[4], c.recvWaitNs = v[5];
+    c.sendWaitNs = v[4], c.recvWaitNs = v[5], c.directBytes = v[6];
     p += sizeof(stats::PeerStats);
   }
   return true;
@@ -112,9 +112,7 @@ bool readCounters(const std::string& path, RankCounters* out, std::string* err) 
   return true;
 }
 
-std::vector<std::string> counterFiles(const std::string& dir) {
-  return tools::filesIn(dir, "snccl-stats-", ".bin");
-}
+std::vector<std::string> counterFiles(const std::string& dir) { return tools::filesIn(dir, "snccl-stats-", ".bin"); }
 
 std::map<uint64_t, std::vector<RankCounters>> byComm(const std::vector<RankCounters>& all) {
   std::map<uint64_t, std::vector<RankCounters>> out;
@@ -126,9 +124,9 @@ std::map<uint64_t, std::vector<RankCounters>> byComm(const std::vector<RankCount
 
 std::string renderTable(const std::vector<RankCounters>& now, const std::vector<RankCounters>* before, double seconds) {
   const bool rates = before != nullptr && seconds > 0;
-  std::string out = format("%5s %5s %-8s %14s %14s %10s %10s %12s %12s\n", "rank", "peer", "link",
+  std::string out = format("%5s %5s %-14s %14s %14s %10s %10s %14s %12s %12s\n", "rank", "peer", "link",
                            rates ? "send/s" : "sent", rates ? "recv/s" : "received", rates ? "msgs/s" : "msgs out",
-                           rates ? "in/s" : "msgs in", rates ? "credit wait" : "credit wait", "data wait");
+                           rates ? "in/s" : "msgs in", rates ? "direct/s" : "direct", "credit wait", "data wait");
   for (const RankCounters& r : now) {
     const RankCounters* old = nullptr;
     if (rates)
@@ -136,7 +134,7 @@ std::string renderTable(const std::vector<RankCounters>& now, const std::vector<
         if (b.rank == r.rank && b.hash == r.hash && b.peers.size() == r.peers.size()) old = &b;
     for (size_t p = 0; p < r.peers.size(); ++p) {
       PeerCounters c = r.peers[p];
-      if (c.sendMsgs == 0 && c.recvMsgs == 0 && c.link.empty()) continue;
+      if (c.sendMsgs == 0 && c.recvMsgs == 0 && c.directBytes == 0 && c.link.empty()) continue;
       if (old != nullptr) {
         const PeerCounters& o = old->peers[p];
         c.sendBytes -= std::min(c.sendBytes, o.sendBytes);
@@ -145,17 +143,19 @@ std::string renderTable(const std::vector<RankCounters>& now, const std::vector<
         c.recvMsgs -= std::min(c.recvMsgs, o.recvMsgs);
         c.sendWaitNs -= std::min(c.sendWaitNs, o.sendWaitNs);
         c.recvWaitNs -= std::min(c.recvWaitNs, o.recvWaitNs);
+        c.directBytes -= std::min(c.directBytes, o.directBytes);
       }
       const double div = rates ? seconds : 1.0;
       // Waits: a share of the interval when showing rates, seconds in total otherwise.
       auto wait = [&](uint64_t ns) {
         return rates ? format("%.1f%%", 100.0 * double(ns) * 1e-9 / seconds) : format("%.3f s", double(ns) * 1e-9);
       };
-      out +=
-          format("%5d %5zu %-8s %14s %14s %10.0f %10.0f %12s %12s\n", r.rank, p, c.link.empty() ? "-" : c.link.c_str(),
-                 human(double(c.sendBytes) / div, rates ? "B/s" : "B").c_str(),
-                 human(double(c.recvBytes) / div, rates ? "B/s" : "B").c_str(), double(c.sendMsgs) / div,
-                 double(c.recvMsgs) / div, wait(c.sendWaitNs).c_str(), wait(c.recvWaitNs).c_str());
+      const char* unit = rates ? "B/s" : "B";
+      out += format("%5d %5zu %-14s %14s %14s %10.0f %10.0f %14s %12s %12s\n", r.rank, p,
+                    c.link.empty() ? "-" : c.link.c_str(), human(double(c.sendBytes) / div, unit).c_str(),
+                    human(double(c.recvBytes) / div, unit).c_str(), double(c.sendMsgs) / div, double(c.recvMsgs) / div,
+                    human(double(c.directBytes) / div, unit).c_str(), wait(c.sendWaitNs).c_str(),
+                    wait(c.recvWaitNs).c_str());
     }
   }
   return out;
@@ -174,7 +174,9 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
   for (const RankCounters& r : ranks) byRank[size_t(r.rank)] = &r;
   auto sentBy = [&](int from, int to) -> uint64_t {
     const RankCounters* r = byRank[size_t(from)];
-    return r != nullptr && size_t(to) < r->peers.size() ? r->peers[size_t(to)].sendBytes : 0;
+    if (r == nullptr || size_t(to) >= r->peers.size()) return 0;
+    const PeerCounters& c = r->peers[size_t(to)];
+    return c.sendBytes + c.directBytes;
   };
   // Per pair (a < b) of ranks that exchanged anything: bytes each way, link, waits.
   struct Pair {
@@ -185,13 +187,13 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
   std::vector<Pair> pairs;
   uint64_t maxSent = 1;
   for (const RankCounters& r : ranks)
-    for (const PeerCounters& c : r.peers) maxSent = std::max(maxSent, c.sendBytes);
+    for (size_t p = 0; p < r.peers.size() && int(p) < n; ++p) maxSent = std::max(maxSent, sentBy(r.rank, int(p)));
   for (const RankCounters& r : ranks)
     for (size_t p = size_t(r.rank) + 1; p < r.peers.size() && int(p) < n; ++p) {
       const PeerCounters& c = r.peers[p];
-      const uint64_t ba = sentBy(int(p), r.rank);
-      if (c.sendBytes == 0 && ba == 0 && c.recvBytes == 0) continue;
-      pairs.push_back({r.rank, int(p), c.sendBytes, std::max(ba, c.recvBytes), c.sendWaitNs + c.recvWaitNs, c.link});
+      const uint64_t ab = sentBy(r.rank, int(p)), ba = std::max(sentBy(int(p), r.rank), c.recvBytes);
+      if (ab == 0 && ba == 0) continue;
+      pairs.push_back({r.rank, int(p), ab, ba, c.sendWaitNs + c.recvWaitNs, c.link});
     }
   constexpr size_t kPairsShown = 64;  // the busiest; a large job has too many to list
   // Sums as doubles: counters from a corrupt file may be near 2^64.

@@ -13,6 +13,7 @@ namespace snccl::traffic {
 struct PeerCounters {
   std::string link;  // transport of the connections to the peer ("" none)
   uint64_t sendBytes = 0, recvBytes = 0, sendMsgs = 0, recvMsgs = 0, sendWaitNs = 0, recvWaitNs = 0;
+  uint64_t directBytes = 0;  // written straight into the peer's memory (single-copy AllReduce)
 };
 
 struct RankCounters {
@@ -38,7 +39,8 @@ std::map<uint64_t, std::vector<RankCounters>> byComm(const std::vector<RankCount
 // `seconds` earlier), rates over that interval instead of totals.
 std::string renderTable(const std::vector<RankCounters>& now, const std::vector<RankCounters>* before, double seconds);
 // A picture of one communicator's traffic: the rank x rank matrix of bytes sent (row
-// sends to column), and per pair of ranks the bytes both ways, the link and the waits.
+// sends to column, through rings or written straight into the peer's memory), and per
+// pair of ranks the bytes both ways, the link and the waits.
 std::string renderSvg(const std::vector<RankCounters>& ranks);
 
 }  // namespace snccl::traffic

@@ -192,7 +192,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
     SNCCL_ASSIGN_OR_RETURN(const TransportDef* t, selectTransport(comm->peers.info[k.peer], self));
     ConnBlob blob{};
     SNCCL_ASSIGN_OR_RETURN(conn, t->createRecv(request(k), &blob));
-    comm->stats.setLink(k.peer, conn->transport());
+    comm->stats.setLink(k.peer, conn->link());
     if (conn->receivesAtPointers()) comm->conns.plansRecvs.store(true, std::memory_order_relaxed);
     blob.channel = k.channel;
     SNCCL_TRY(sendConnBlob(*comm->bootstrap, k.peer, blob));
@@ -212,7 +212,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
                            "split a call differently)",
                            k.peer, blob.channel, k.channel);
     SNCCL_ASSIGN_OR_RETURN(conn, t->connectSend(request(k), blob));
-    comm->stats.setLink(k.peer, conn->transport());
+    comm->stats.setLink(k.peer, conn->link());
   }
   return OkStatus();
 }

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -55,10 +56,12 @@ Status CommStats::open(uint64_t commHash, int rank, int nranks, const std::strin
   return OkStatus();
 }
 
-void CommStats::setLink(int peer, const char* transport) {
+void CommStats::setLink(int peer, const std::string& link) {
   if (peers_ == nullptr) return;
-  char* link = peers_[peer].link;
-  std::strncpy(link, transport, sizeof peers_[peer].link - 1);
+  char* out = peers_[peer].link;
+  const size_t n = std::min(link.size(), sizeof peers_[peer].link - 1);
+  std::memcpy(out, link.data(), n);
+  out[n] = '\0';
 }
 
 }  // namespace snccl::stats

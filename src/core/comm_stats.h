@@ -33,12 +33,15 @@ struct StatsHeader {
 };
 
 struct PeerStats {
-  char link[16];  // the transport of the last connection made to the peer ("" none yet)
+  char link[32];  // the link of the last connection made to the peer: "shm", "IB/mlx5_0"; "" none
   std::atomic<uint64_t> sendBytes, recvBytes, sendMsgs, recvMsgs;
   std::atomic<uint64_t> sendWaitNs;  // asleep waiting for a credit from the peer
   std::atomic<uint64_t> recvWaitNs;  // asleep waiting for data from the peer
+  // Bytes the single-copy AllReduce wrote straight into the peer's output (it reads as
+  // many from the peer's input): no ring, no link.
+  std::atomic<uint64_t> directBytes;
 };
-static_assert(sizeof(PeerStats) == 64 && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(sizeof(PeerStats) == 88 && std::atomic<uint64_t>::is_always_lock_free);
 
 // Adds `v` to a counter only this thread writes (no locked instruction).
 inline void bump(std::atomic<uint64_t>& c, uint64_t v) {
@@ -57,7 +60,7 @@ class CommStats {
   Status open(uint64_t commHash, int rank, int nranks, const std::string& dir);
   bool ready() const { return peers_ != nullptr; }
   PeerStats& peer(int r) { return peers_[r]; }
-  void setLink(int peer, const char* transport);
+  void setLink(int peer, const std::string& link);
   const std::string& path() const { return path_; }
 
  private:

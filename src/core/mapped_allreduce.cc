@@ -248,15 +248,11 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
   // The streaming stores are weakly ordered: make them globally visible before the "done"
   // that lets peers read their outputs (and lets this rank return).
   op.engine->streamFence();
-  // The traffic counters: this rank read its block of every peer's input and wrote it
-  // into every peer's output (no messages).
+  // The traffic counters: this rank wrote its block into every peer's output.
   if (comm_->stats.ready()) {
     const uint64_t bytes = uint64_t(blk.end - blk.begin) * es;
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      stats::bump(comm_->stats.peer(p).recvBytes, bytes);
-      stats::bump(comm_->stats.peer(p).sendBytes, bytes);
-    }
+    for (int p = 0; p < n; ++p)
+      if (p != me) stats::bump(comm_->stats.peer(p).directBytes, bytes);
   }
   return OkStatus();
 }

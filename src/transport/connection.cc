@@ -10,7 +10,7 @@ namespace snccl {
 
 Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> memory, int peer,
                        pid_t peerPid, const char* transport, RingConfig config)
-    : ring_(ctrl, slots, config), memory_(std::move(memory)), peer_(peer), peerPid_(peerPid), transport_(transport) {
+    : ring_(ctrl, slots, config), memory_(std::move(memory)), peer_(peer), peerPid_(peerPid), transport_(transport), link_(transport) {
   if (memory_) {
     ConnCaps caps = memory_->caps();
     drivable_ = caps.drivable;

@@ -117,6 +117,10 @@ class Connection {
   int peer() const { return peer_; }
   pid_t peerPid() const { return peerPid_; }  // 0 when the peer is in this process
   const char* transport() const { return transport_; }
+  // The link the connection runs over, for the traffic counters: the transport's name, or
+  // what a transport says more precisely (a net's: plugin and device, "IB/mlx5_0").
+  const std::string& link() const { return link_; }
+  void setLink(std::string link) { link_ = std::move(link); }
   uint32_t slotBytes() const { return ring_.slotBytes(); }
   uint64_t step() const { return step_; }
 
@@ -220,6 +224,7 @@ class Connection {
   int peer_;
   pid_t peerPid_;
   const char* transport_;
+  std::string link_;
 };
 
 }  // namespace snccl

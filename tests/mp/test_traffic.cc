@@ -74,6 +74,8 @@ TEST(Traffic, RingAllReduceCountsAreExactAndPairsAgree) {
   const std::vector<tr::RankCounters>& ranks = comms.begin()->second;
   ASSERT_EQ(ranks.size(), size_t(n));
   EXPECT_EQ(totalSent(ranks), perOp * iters);
+  for (const auto& r : ranks)
+    for (const auto& p : r.peers) EXPECT_EQ(p.directBytes, 0u) << "no single copy here";
   for (const auto& a : ranks) {
     EXPECT_EQ(a.nranks, n);
     EXPECT_EQ(a.peers[size_t(a.rank)].sendBytes, 0u) << "nothing to itself";
@@ -96,6 +98,42 @@ TEST(Traffic, RingAllReduceCountsAreExactAndPairsAgree) {
   for (size_t at = svg.find("<title>"); at != std::string::npos; at = svg.find("<title>", at + 1)) ++cells;
   EXPECT_GE(cells, size_t(n * n)) << "a cell per pair of ranks, plus the links";
   std::printf("%s", table.c_str());
+  mp::freeShared(sh);
+}
+
+// The single-copy AllReduce moves no ring bytes for its data: each rank writes its block
+// straight into every peer's output, (n-1) x bytes over all ranks, counted as direct.
+TEST(Traffic, SingleCopyBytesCountAsDirect) {
+  const int n = 3, iters = 5;
+  const size_t count = 300001;
+  sntest::Watchdog dog(120, "traffic counters, single copy");
+  sntest::TempDir dir("snccl-stats");
+  Shared* sh =
+      runScenario(n, {{"SNCCL_STATS_DIR", dir.path}, {"SNCCL_SINGLE_COPY_BYTES", "1"}}, [&](int rank, Shared* s) {
+        ncclComm_t comm = initRank(s, rank, n);
+        if (comm == nullptr) return;
+        void *in = nullptr, *out = nullptr;
+        ncclResult_t res = ncclMemAlloc(&in, count * sizeof(float));
+        if (res == ncclSuccess) res = ncclMemAlloc(&out, count * sizeof(float));
+        for (size_t i = 0; res == ncclSuccess && i < count; ++i) static_cast<float*>(in)[i] = 1.0f;
+        for (int it = 0; it < iters && res == ncclSuccess; ++it)
+          res = ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, nullptr);
+        if (res == ncclSuccess && static_cast<float*>(out)[count - 1] != float(n)) res = ncclInternalError;
+        record(s, rank, res);
+        if (res == ncclSuccess) res = ncclCommDestroy(comm);
+        ncclMemFree(in);
+        ncclMemFree(out);
+      });
+  ASSERT_NE(sh, nullptr);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(sh->r[r].code, ncclSuccess) << describe(sh, n);
+  auto comms = tr::byComm(readDir(dir.path));
+  ASSERT_EQ(comms.size(), 1u);
+  uint64_t direct = 0;
+  for (const auto& r : comms.begin()->second)
+    for (const auto& p : r.peers) direct += p.directBytes;
+  EXPECT_EQ(direct, uint64_t(n - 1) * count * sizeof(float) * iters);
+  EXPECT_LT(totalSent(comms.begin()->second), uint64_t(count)) << "only the protocol's small messages on rings";
+  std::printf("%s", tr::renderTable(comms.begin()->second, nullptr, 0).c_str());
   mp::freeShared(sh);
 }
 

@@ -101,6 +101,13 @@ net::EntryInfo entryInfo(const ConnRequest& req, bool send, int dev) {
           req.rank, req.peer, timeoutSec(), dev, req.regs};
 }
 
+// "IB/mlx5_0": the plugin and the device's name (its index when it has none).
+std::string linkName(const net::Net& n, int dev) {
+  net::Properties props;
+  if (n.getProperties(dev, &props).ok() && !props.name.empty()) return format("%s/%s", n.name(), props.name.c_str());
+  return format("%s/%d", n.name(), dev);
+}
+
 // Different processes: local and shm come first in the table, so this is reached for
 // ranks on other nodes, or on this node when shm is disabled.
 bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.processToken != peer.processToken; }
@@ -132,7 +139,9 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
           req.rank, req.self->cudaDev, n->name(), dev);
   ConnCtrl* ctrl = ring->ctrl();
   char* slots = ring->slots();
-  return std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
+  auto conn = std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
+  conn->setLink(linkName(*n, dev));
+  return conn;
 }
 
 Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
@@ -155,7 +164,9 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
           req.remote->cudaDev, n->name(), dev);
   ConnCtrl* ctrl = ring->ctrl();
   char* slots = ring->slots();
-  return std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
+  auto conn = std::make_unique<Connection>(ctrl, slots, std::move(ring), req.peer, 0, "net");
+  conn->setLink(linkName(*n, dev));
+  return conn;
 }
 
 }  // namespace
