@@ -49,6 +49,7 @@ struct Shared {
   int idState;     // 0 pending, 1 ready, 2 failed
   int go;          // set by the parent for tests that inject a fault while ranks run
   int initDone;    // ranks whose ncclCommInitRank returned (either way)
+  int finished;    // ranks done with their last call, for tests that end together
   RankReport r[kMaxRanks];
 };
 

@@ -74,7 +74,11 @@ TEST(NetMultirail, TwoNodesStaticEveryCollective) {
 
 // Ranks loop on 4 MiB AllReduces, checking each result, until the parent says stop; the
 // parent pulls node 1's cable on `rail` once every rank completed a few, and says stop
-// once every rank completed kAfterCut more. Every call must succeed.
+// once every rank completed kAfterCut more. Every call must succeed. The ranks agree on
+// when to stop through a 1-element AllReduce of the parent's word each iteration: a rank
+// that stopped on its own reading would leave the others in a collective without it. And
+// none aborts before every rank returned from that last call: an abort may overtake the
+// rank's last message to a peer that has not received it yet.
 void survivesRailCut(int rail) {
   SKIP_UNLESS_NETNS(nodes, 2);
   constexpr int kAfterCut = 15;
@@ -89,7 +93,13 @@ void survivesRailCut(int rail) {
         const size_t count = 1 << 20;
         std::vector<int32_t> buf(count);
         double end = nettest::nowSec() + 90;
-        for (int it = 0; __atomic_load_n(&sh->go, __ATOMIC_ACQUIRE) == 0; ++it) {
+        for (int it = 0;; ++it) {
+          int32_t stop = __atomic_load_n(&sh->go, __ATOMIC_ACQUIRE);
+          if (ncclAllReduce(&stop, &stop, 1, ncclInt32, ncclMax, comm, nullptr) != ncclSuccess) {
+            nettest::report(sh, rank, 4, ncclGetLastError(nullptr));
+            return false;
+          }
+          if (stop != 0) break;
           if (nettest::nowSec() > end) {
             nettest::report(sh, rank, 2, "the parent never said stop (iterations stalled after the cut?)");
             return false;
@@ -108,6 +118,10 @@ void survivesRailCut(int rail) {
             }
           __atomic_store_n(&sh->r[rank].iters, it + 1, __ATOMIC_RELEASE);
         }
+        __atomic_add_fetch(&sh->finished, 1, __ATOMIC_ACQ_REL);
+        for (double until = nettest::nowSec() + 60;
+             __atomic_load_n(&sh->finished, __ATOMIC_ACQUIRE) < n && nettest::nowSec() < until;)
+          usleep(1000);
         nettest::report(sh, rank, 0, "");
         return true;
       },
