@@ -47,6 +47,7 @@ void initConnCtrl(ConnCtrl* ctrl, uint32_t nsteps, uint32_t slotBytes) {
   ctrl->poison.store(0);
   ctrl->nsteps = nsteps;
   ctrl->slotBytes = slotBytes;
+  ctrl->syncKey = reinterpret_cast<uintptr_t>(ctrl);
   for (ConnFifoEntry& e : ctrl->fifo) e.seq.store(0);
 }
 

@@ -35,6 +35,22 @@
 
 #include "common/wait.h"
 
+// ThreadSanitizer cannot pair a release and an acquire made through two mappings of one
+// ring (the local transport maps it once per end, at two addresses). Under it, each
+// publish also releases, and each load that sees the other end's progress also acquires,
+// a key both ends read from the control block: the creator's address of it.
+#if defined(__SANITIZE_THREAD__)
+#define SNCCL_RING_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SNCCL_RING_TSAN 1
+#endif
+#endif
+#ifdef SNCCL_RING_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace snccl {
 
 constexpr uint32_t kMaxSteps = 64;
@@ -81,6 +97,7 @@ struct ConnCtrl {
   alignas(64) std::atomic<uint32_t> poison;
   uint32_t nsteps;
   uint32_t slotBytes;
+  uint64_t syncKey;  // the creator's address of this block (ThreadSanitizer's key, above)
   alignas(128) ConnFifoEntry fifo[kMaxSteps];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
@@ -131,8 +148,16 @@ class Ring {
   bool lightPublish() const { return light_; }
   char* slot(uint64_t step) const { return slots_ + (step % nsteps_) * slotBytes_; }
   ConnFifoEntry& entry(uint64_t step) const { return ctrl_->fifo[step % nsteps_]; }
-  uint64_t head(std::memory_order order = std::memory_order_acquire) const { return ctrl_->head.load(order); }
-  uint64_t tail(std::memory_order order = std::memory_order_acquire) const { return ctrl_->tail.load(order); }
+  uint64_t head(std::memory_order order = std::memory_order_acquire) const {
+    const uint64_t h = ctrl_->head.load(order);
+    if (order != std::memory_order_relaxed) syncAcquire();
+    return h;
+  }
+  uint64_t tail(std::memory_order order = std::memory_order_acquire) const {
+    const uint64_t t = ctrl_->tail.load(order);
+    if (order != std::memory_order_relaxed) syncAcquire();
+    return t;
+  }
 
   // ---- Sender end --------------------------------------------------------------------
   // The credit rule: message `step` may be filled while step < head + nsteps.
@@ -142,6 +167,7 @@ class Ring {
   bool hasCredit(uint64_t step, uint64_t& cachedHead) const {
     if (step >= cachedHead + nsteps_) {
       cachedHead = ctrl_->head.load(std::memory_order_acquire);
+      syncAcquire();
       if (step >= cachedHead + nsteps_) return false;
     }
     return true;
@@ -163,6 +189,7 @@ class Ring {
     // Set on every message: an entry reused after a kAtPointer one must not keep it.
     e.where = where;
     if (where == kAtPointer) e.at = at;
+    syncRelease();
     if (inline_) e.seq.store(step + 1, std::memory_order_release);  // the receiver polls this
     publish(ctrl_->tail, step + 1, ctrl_->recvSleeping, ctrl_->tailSeq);
   }
@@ -173,12 +200,15 @@ class Ring {
   bool hasMessage(uint64_t step, uint64_t& cachedTail) const {
     if (step >= cachedTail) {
       cachedTail = ctrl_->tail.load(std::memory_order_acquire);
+      syncAcquire();
       if (step >= cachedTail) return false;
     }
     return true;
   }
   bool inlineArrived(uint64_t step) const {
-    return ctrl_->fifo[step % nsteps_].seq.load(std::memory_order_acquire) == step + 1;
+    const bool arrived = ctrl_->fifo[step % nsteps_].seq.load(std::memory_order_acquire) == step + 1;
+    syncAcquire();
+    return arrived;
   }
   // Message `step`, once it has arrived: its size, signature and bytes.
   const char* read(uint64_t step, uint32_t* bytes, uint64_t* sig) const {
@@ -200,7 +230,10 @@ class Ring {
     return e.where == kInline ? e.data : slot(step);
   }
   // Frees every message before `head` (publishes it; wakes a sleeping sender).
-  void release(uint64_t head) { publish(ctrl_->head, head, ctrl_->sendSleeping, ctrl_->headSeq); }
+  void release(uint64_t head) {
+    syncRelease();
+    publish(ctrl_->head, head, ctrl_->sendSleeping, ctrl_->headSeq);
+  }
 
   // ---- Sleeping ----------------------------------------------------------------------
   // The futex word that moves when what `side` waits for moves (headSeq for the sender,
@@ -222,6 +255,17 @@ class Ring {
   uint32_t poisoned(std::memory_order order = std::memory_order_relaxed) const { return ctrl_->poison.load(order); }
 
  private:
+  // ThreadSanitizer's view of the pairs above (nothing otherwise).
+  void syncRelease() const {
+#ifdef SNCCL_RING_TSAN
+    __tsan_release(reinterpret_cast<void*>(ctrl_->syncKey));
+#endif
+  }
+  void syncAcquire() const {
+#ifdef SNCCL_RING_TSAN
+    __tsan_acquire(reinterpret_cast<void*>(ctrl_->syncKey));
+#endif
+  }
   std::atomic<uint32_t>& flag(RingSide side) const {
     return side == RingSide::kSender ? ctrl_->sendSleeping : ctrl_->recvSleeping;
   }
