@@ -8,6 +8,7 @@
 
 #include "fuzz_check.h"
 #include "traffic_stats.h"
+#include "transport/rail_tally.h"
 
 namespace tr = snccl::traffic;
 
@@ -20,6 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(r.rank >= 0 && r.rank < r.nranks, "accepted rank %d of %d\n", r.rank, r.nranks);
   FUZZ_CHECK(r.peers.size() == size_t(r.nranks), "%zu counter sets for %d ranks\n", r.peers.size(), r.nranks);
+  for (const tr::PeerCounters& p : r.peers) {
+    FUZZ_CHECK(p.rails.size() <= size_t(snccl::kRailSlots), "%zu rails\n", p.rails.size());
+    for (const tr::RailCount& rc : p.rails)
+      FUZZ_CHECK(!rc.name.empty() && rc.name.size() < sizeof(snccl::RailCounters::name), "rail name of %zu bytes\n",
+                 rc.name.size());
+  }
   if (r.nranks > 256) return 0;  // rendering is quadratic in ranks: small ones exercise it
   const std::vector<tr::RankCounters> one{r};
   FUZZ_CHECK(!tr::renderTable(one, &one, 1.0).empty(), "empty table\n");

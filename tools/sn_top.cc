@@ -1,6 +1,7 @@
 // sn_top: a live view of the traffic of every communicator whose ranks keep their counters
-// in a directory (SNCCL_STATS_DIR): per rank and peer, the link, the rates each way and
-// the share of time spent waiting for data or for credits. --svg draws a run's totals.
+// in a directory (SNCCL_STATS_DIR): per rank and peer, the link, the rates each way, the
+// share of time spent waiting for data or for credits, and what each rail (interface) of
+// a net connection carried. --svg draws a run's totals.
 //
 //   sn_top DIR                  refresh every second until interrupted
 //   sn_top -i 0.5 -n 10 DIR     ten refreshes, half a second apart
@@ -26,7 +27,8 @@ void usage() {
   std::printf(
       "usage: sn_top [-i SECONDS] [-n COUNT] [--once] [--svg FILE] DIR\n"
       "Shows the traffic counters snccl communicators keep in DIR (SNCCL_STATS_DIR): per rank and\n"
-      "peer, the link, bytes and messages each way and the time waiting for data or credits.\n"
+      "peer, the link, bytes and messages each way, the time waiting for data or credits, and\n"
+      "the bytes each rail (interface) of a net connection carried.\n"
       "  -i SECONDS  refresh interval (default 1); rates are over it\n"
       "  -n COUNT    refreshes before exiting (default: until interrupted)\n"
       "  --once      totals since each communicator started, then exit\n"

@@ -70,9 +70,14 @@ bool parseCounters(const void* data, size_t size, RankCounters* out, std::string
   out->host = h.host;
   out->startNs = h.startNs;
   out->peers.assign(size_t(h.nranks), PeerCounters{});
-  // A PeerStats as bytes: the link's name, then its 64-bit counters in declaration order.
+  // A PeerStats as bytes: the link's name, its 64-bit counters in declaration order, then
+  // the rail slots (a name, bytes sent, bytes received).
   constexpr size_t kLink = sizeof(stats::PeerStats::link);
-  static_assert(offsetof(stats::PeerStats, sendBytes) == kLink && sizeof(stats::PeerStats) == kLink + 7 * 8);
+  constexpr size_t kRails = kLink + 7 * 8;
+  constexpr size_t kRailName = sizeof(RailCounters::name);
+  static_assert(offsetof(stats::PeerStats, sendBytes) == kLink && offsetof(stats::PeerStats, rails) == kRails &&
+                sizeof(RailCounters) == kRailName + 2 * 8 &&
+                sizeof(stats::PeerStats) == kRails + kRailSlots * sizeof(RailCounters));
   const char* p = static_cast<const char*>(data) + sizeof h;
   for (PeerCounters& c : out->peers) {
     c.link.assign(p, strnlen(p, kLink));
@@ -80,6 +85,14 @@ bool parseCounters(const void* data, size_t size, RankCounters* out, std::string
     std::memcpy(v, p + kLink, sizeof v);
     c.sendBytes = v[0], c.recvBytes = v[1], c.sendMsgs = v[2], c.recvMsgs = v[3];
     c.sendWaitNs = v[4], c.recvWaitNs = v[5], c.directBytes = v[6];
+    for (int k = 0; k < kRailSlots; ++k) {
+      const char* slot = p + kRails + size_t(k) * sizeof(RailCounters);
+      RailCount rc;
+      rc.name.assign(slot, strnlen(slot, kRailName - 1));  // the writer ends it within the slot
+      std::memcpy(&rc.sendBytes, slot + kRailName, 8);
+      std::memcpy(&rc.recvBytes, slot + kRailName + 8, 8);
+      if (!rc.name.empty()) c.rails.push_back(std::move(rc));
+    }
     p += sizeof(stats::PeerStats);
   }
   return true;
@@ -145,6 +158,14 @@ std::string renderTable(const std::vector<RankCounters>& now, const std::vector<
         c.recvWaitNs -= std::min(c.recvWaitNs, o.recvWaitNs);
         c.directBytes -= std::min(c.directBytes, o.directBytes);
       }
+      std::vector<RailCount> rails = c.rails;
+      if (old != nullptr)
+        for (RailCount& rc : rails)
+          for (const RailCount& o : old->peers[p].rails)
+            if (o.name == rc.name) {
+              rc.sendBytes -= std::min(rc.sendBytes, o.sendBytes);
+              rc.recvBytes -= std::min(rc.recvBytes, o.recvBytes);
+            }
       const double div = rates ? seconds : 1.0;
       // Waits: a share of the interval when showing rates, seconds in total otherwise.
       auto wait = [&](uint64_t ns) {
@@ -156,6 +177,10 @@ std::string renderTable(const std::vector<RankCounters>& now, const std::vector<
                     human(double(c.recvBytes) / div, unit).c_str(), double(c.sendMsgs) / div, double(c.recvMsgs) / div,
                     human(double(c.directBytes) / div, unit).c_str(), wait(c.sendWaitNs).c_str(),
                     wait(c.recvWaitNs).c_str());
+      // The rails under their peer: what each interface carried of the bytes above.
+      for (const RailCount& rc : rails)
+        out += format("%5s %5s %-14s %14s %14s\n", "", "", ("  rail " + rc.name).c_str(),
+                      human(double(rc.sendBytes) / div, unit).c_str(), human(double(rc.recvBytes) / div, unit).c_str());
     }
   }
   return out;
@@ -202,9 +227,35 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
   if (pairs.size() > kPairsShown) pairs.resize(kPairsShown);
   double maxPair = 1;
   for (const Pair& p : pairs) maxPair = std::max(maxPair, total(p));
+  // Per rank and rail: the bytes its net connections moved over that rail, both ways.
+  struct RailRow {
+    int rank;
+    std::string name;
+    uint64_t sent, received;
+  };
+  std::vector<RailRow> railRows;
+  for (const RankCounters& r : ranks) {
+    const size_t first = railRows.size();
+    for (const PeerCounters& c : r.peers)
+      for (const RailCount& rc : c.rails) {
+        auto it = std::find_if(railRows.begin() + std::ptrdiff_t(first), railRows.end(),
+                               [&](const RailRow& x) { return x.name == rc.name; });
+        if (it == railRows.end()) {
+          railRows.push_back({r.rank, rc.name, rc.sendBytes, rc.recvBytes});
+        } else {
+          it->sent += rc.sendBytes;  // wraps only on a corrupt file; the bar is then wrong, not the picture
+          it->received += rc.recvBytes;
+        }
+      }
+  }
+  constexpr size_t kRailRowsShown = 128;
+  if (railRows.size() > kRailRowsShown) railRows.resize(kRailRowsShown);
+  double maxRail = 1;
+  for (const RailRow& x : railRows) maxRail = std::max(maxRail, std::max(double(x.sent), double(x.received)));
   const int barTop = top + matrix + 50, barRow = 18, barWidth = 360;
+  const int railTop = barTop + barRow * int(pairs.size()) + (railRows.empty() ? 0 : 50);
   const int width = std::max(left + matrix + 40, 620);
-  const int height = barTop + barRow * int(pairs.size()) + 30;
+  const int height = railTop + barRow * int(railRows.size()) + 30;
   std::string s = format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
       "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
@@ -248,6 +299,28 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
         y + 9, std::max(w2, 1), p.b, p.a, xml(human(double(p.ba), "B")).c_str());
     s += format("<text x=\"%d\" y=\"%d\">%s, %s waiting</text>\n", 80 + barWidth, y + 12,
                 xml(p.link.empty() ? "-" : p.link).c_str(), format("%.3f s", double(p.waitNs) * 1e-9).c_str());
+  }
+  if (!railRows.empty())
+    s += format(
+        "<text x=\"10\" y=\"%d\" font-size=\"14\">rails: bytes each rank's net connections sent (red) and "
+        "received (blue) per interface</text>\n",
+        railTop - 14);
+  for (size_t k = 0; k < railRows.size(); ++k) {
+    const RailRow& x = railRows[k];
+    const int y = railTop + int(k) * barRow;
+    const int w1 = int(double(barWidth) * double(x.sent) / maxRail);
+    const int w2 = int(double(barWidth) * double(x.received) / maxRail);
+    s += format("<text x=\"10\" y=\"%d\">%d %s</text>\n", y + 12, x.rank, xml(x.name).c_str());
+    s += format(
+        "<rect x=\"110\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#c0392b\"><title>rank %d sent over %s: "
+        "%s</title></rect>\n",
+        y + 2, std::max(w1, 1), x.rank, xml(x.name).c_str(), xml(human(double(x.sent), "B")).c_str());
+    s += format(
+        "<rect x=\"110\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#2c7fb8\"><title>rank %d received over "
+        "%s: %s</title></rect>\n",
+        y + 9, std::max(w2, 1), x.rank, xml(x.name).c_str(), xml(human(double(x.received), "B")).c_str());
+    s += format("<text x=\"%d\" y=\"%d\">%s out, %s in</text>\n", 120 + barWidth, y + 12,
+                xml(human(double(x.sent), "B")).c_str(), xml(human(double(x.received), "B")).c_str());
   }
   return s + "</svg>\n";
 }

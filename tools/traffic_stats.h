@@ -10,8 +10,15 @@
 
 namespace snccl::traffic {
 
+// A rail (local interface or device) the net connections to a peer used, and what it carried.
+struct RailCount {
+  std::string name;
+  uint64_t sendBytes = 0, recvBytes = 0;
+};
+
 struct PeerCounters {
   std::string link;  // transport of the connections to the peer ("" none)
+  std::vector<RailCount> rails;  // net connections only; empty for others
   uint64_t sendBytes = 0, recvBytes = 0, sendMsgs = 0, recvMsgs = 0, sendWaitNs = 0, recvWaitNs = 0;
   uint64_t directBytes = 0;  // written straight into the peer's memory (single-copy AllReduce)
 };
@@ -35,12 +42,14 @@ std::vector<std::string> counterFiles(const std::string& dir);
 std::map<uint64_t, std::vector<RankCounters>> byComm(const std::vector<RankCounters>& all);
 
 // The table sn_top prints for one communicator: per rank and peer, its link, bytes each
-// way and the time asleep waiting on the peer; with `before` (the same ranks, read
-// `seconds` earlier), rates over that interval instead of totals.
+// way and the time asleep waiting on the peer, then a line per rail its net connections
+// used; with `before` (the same ranks, read `seconds` earlier), rates over that interval
+// instead of totals.
 std::string renderTable(const std::vector<RankCounters>& now, const std::vector<RankCounters>* before, double seconds);
 // A picture of one communicator's traffic: the rank x rank matrix of bytes sent (row
 // sends to column, through rings or written straight into the peer's memory), and per
-// pair of ranks the bytes both ways, the link and the waits.
+// pair of ranks the bytes both ways, the link and the waits, and per rank and rail the
+// bytes its net connections moved over that rail.
 std::string renderSvg(const std::vector<RankCounters>& ranks);
 
 }  // namespace snccl::traffic

@@ -88,6 +88,7 @@ Result<bool> CommRunner::progressAgreement(const ExecOp& op) {
       const AgreeMsg m = a.message();
       std::memcpy(slot, &m, sizeof m);
       c->post(sizeof m, op.sig);
+      countSent((me + dist) % n, sizeof m);
       a.sent = true;
       moved_ = true;
     }
@@ -107,6 +108,7 @@ Result<bool> CommRunner::progressAgreement(const ExecOp& op) {
     if (got != sizeof m || m.magic != kAgreeMagic) return mismatchError(comm_, op, peer, got, sizeof m, sig);
     a.merge(m, peer, me);
     c->release();
+    countReceived(peer, sizeof m);
     moved_ = true;
   }
   if (a.differs()) return InvalidUsage("%s: rank %d: %s", op.describe().c_str(), me, a.describe().c_str());

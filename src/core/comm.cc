@@ -177,7 +177,7 @@ Status commConnect(ncclComm* comm, const std::vector<ConnKey>& sends, const std:
   auto request = [&](ConnKey k) {
     return ConnRequest{comm->peers.commHash, comm->rank, k.peer, k.channel, comm->conns.nsteps,
                        comm->conns.slotBytes, &self, &comm->peers.info[k.peer], comm->regs.net,
-                       &comm->conns.nic};
+                       &comm->conns.nic, comm->stats.railTally(k.peer)};
   };
   for (const std::vector<ConnKey>* keys : {&sends, &recvs})
     for (ConnKey k : *keys)

@@ -273,6 +273,9 @@ struct ncclComm {
   // rank, set once at init; the selector reads them per call. tuneLog: last decisions.
   snccl::tuning::Tuner tuner;
   snccl::tuning::DecisionLog tuneLog;
+  // Traffic per peer, live (core/comm_stats.h); set up at init. Declared before the
+  // connections, which add to its rail counters until they are released.
+  snccl::stats::CommStats stats;
   snccl::CommConnections conns;
   snccl::CommSingleCopy singleCopy;
   int64_t timeoutNs = 0;  // 0: no limit
@@ -282,8 +285,6 @@ struct ncclComm {
   snccl::CommErrors errors;
   // The last operations, for post-mortems (core/flight_recorder.h, core/flight_dump.h).
   snccl::flight::Recorder flight{size_t(snccl::params::getInt(snccl::params::Id::FlightRecorder))};
-  // Traffic per peer, live (core/comm_stats.h); set up at init.
-  snccl::stats::CommStats stats;
   std::thread initThread;  // non-blocking init
   snccl::CommOrdering ordering;
   snccl::CommRegistrations regs;

@@ -13,13 +13,15 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "common/status.h"
+#include "transport/rail_tally.h"
 
 namespace snccl::stats {
 
-constexpr char kMagic[8] = {'s', 'n', 'c', 'c', 'l', 's', 't', '1'};
+constexpr char kMagic[8] = {'s', 'n', 'c', 'c', 'l', 's', 't', '2'};
 
 struct StatsHeader {
   char magic[8];
@@ -40,8 +42,12 @@ struct PeerStats {
   // Bytes the single-copy AllReduce wrote straight into the peer's output (it reads as
   // many from the peer's input): no ring, no link.
   std::atomic<uint64_t> directBytes;
+  // Net connections to the peer, per rail (interface or device) their paths leave through:
+  // a connection spread over several rails shows each. Written by the net transport
+  // (fetch_add), not by the thread that writes the counters above.
+  RailCounters rails[kRailSlots];
 };
-static_assert(sizeof(PeerStats) == 88 && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(sizeof(PeerStats) == 216 && std::atomic<uint64_t>::is_always_lock_free);
 
 // Adds `v` to a counter only this thread writes (no locked instruction).
 inline void bump(std::atomic<uint64_t>& c, uint64_t v) {
@@ -61,6 +67,8 @@ class CommStats {
   bool ready() const { return peers_ != nullptr; }
   PeerStats& peer(int r) { return peers_[r]; }
   void setLink(int peer, const std::string& link);
+  // Where the net transport counts the peer's per-rail bytes (empty before open()).
+  RailTally railTally(int peer) { return peers_ == nullptr ? RailTally{} : RailTally{peers_[peer].rails, &railMu_}; }
   const std::string& path() const { return path_; }
 
  private:
@@ -68,6 +76,7 @@ class CommStats {
   size_t bytes_ = 0;
   PeerStats* peers_ = nullptr;
   std::string path_;  // empty: private memory
+  std::mutex railMu_;  // RailTally::find
 };
 
 }  // namespace snccl::stats

@@ -197,18 +197,8 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
   }
   if (sc != nullptr) sc->post(static_cast<uint32_t>(bytes), op.sig);
   if (rc != nullptr) rc->release();
-  if (comm_->stats.ready()) {
-    if (primSends(st.prim)) {
-      stats::PeerStats& p = comm_->stats.peer(st.sendPeer);
-      stats::bump(p.sendBytes, bytes);
-      stats::bump(p.sendMsgs, 1);
-    }
-    if (primReceives(st.prim)) {
-      stats::PeerStats& p = comm_->stats.peer(st.recvPeer);
-      stats::bump(p.recvBytes, bytes);
-      stats::bump(p.recvMsgs, 1);
-    }
-  }
+  if (primSends(st.prim)) countSent(st.sendPeer, bytes);
+  if (primReceives(st.prim)) countReceived(st.recvPeer, bytes);
   return true;
 }
 

@@ -160,6 +160,20 @@ class CommRunner {
   void startAgreement(const ExecOp& op);
   Result<bool> progressAgreement(const ExecOp& op);
   Status checkBlocked();
+  // The traffic counters (core/comm_stats.h): a message of `bytes` sent to or received
+  // from `peer` over a ring, data or protocol.
+  void countSent(int peer, uint64_t bytes) {
+    if (!comm_->stats.ready()) return;
+    stats::PeerStats& p = comm_->stats.peer(peer);
+    stats::bump(p.sendBytes, bytes);
+    stats::bump(p.sendMsgs, 1);
+  }
+  void countReceived(int peer, uint64_t bytes) {
+    if (!comm_->stats.ready()) return;
+    stats::PeerStats& p = comm_->stats.peer(peer);
+    stats::bump(p.recvBytes, bytes);
+    stats::bump(p.recvMsgs, 1);
+  }
   // The flight recorder: an op starts, and what the current one waits for (at a sleep).
   void flightBegin(const ExecOp& op);
   void flightWait();

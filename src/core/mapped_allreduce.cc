@@ -123,6 +123,7 @@ bool CommRunner::mappedSendAll(const ExecOp& op, uint32_t bytes, Fill fill) {
     }
     fill(peer, out);
     c->post(bytes, op.sig);
+    countSent(peer, bytes);
     moved_ = true;
   }
   mapped_.next = 1;
@@ -149,6 +150,7 @@ Result<bool> CommRunner::mappedRecvAll(const ExecOp& op, uint32_t bytes, Take ta
     if (got != bytes || !signatureMatches(sig, op.sig)) return mismatchError(comm_, op, peer, got, bytes, sig);
     SNCCL_TRY(take(peer, in));
     c->release();
+    countReceived(peer, bytes);
     moved_ = true;
   }
   mapped_.next = 1;

@@ -31,6 +31,7 @@
 
 #include "common/status.h"
 #include "transport/connection.h"
+#include "transport/rail_tally.h"
 
 namespace snccl {
 
@@ -77,6 +78,8 @@ struct ConnRequest {
   std::shared_ptr<net::RegCache> regs = nullptr;
   // The NIC the topology planner picked for this rank (net/net_device.h); null: none.
   const net::NicHint* nic = nullptr;
+  // The peer's per-rail traffic counters (rail_tally.h); empty: none.
+  RailTally rails{};
 };
 
 // Whether the ring between the two ranks of `req` publishes without a full fence

@@ -102,7 +102,8 @@ TEST(Traffic, RingAllReduceCountsAreExactAndPairsAgree) {
 }
 
 // The single-copy AllReduce moves no ring bytes for its data: each rank writes its block
-// straight into every peer's output, (n-1) x bytes over all ranks, counted as direct.
+// straight into every peer's output, (n-1) x bytes over all ranks, counted as direct. Its
+// protocol's small messages are counted as messages.
 TEST(Traffic, SingleCopyBytesCountAsDirect) {
   const int n = 3, iters = 5;
   const size_t count = 300001;
@@ -133,6 +134,14 @@ TEST(Traffic, SingleCopyBytesCountAsDirect) {
     for (const auto& p : r.peers) direct += p.directBytes;
   EXPECT_EQ(direct, uint64_t(n - 1) * count * sizeof(float) * iters);
   EXPECT_LT(totalSent(comms.begin()->second), uint64_t(count)) << "only the protocol's small messages on rings";
+  // Those are counted too: per call, each rank tells each peer where its buffers are, its
+  // verdict, and that it is done.
+  for (const auto& r : comms.begin()->second)
+    for (size_t p = 0; p < r.peers.size(); ++p)
+      if (int(p) != r.rank) {
+        EXPECT_EQ(r.peers[p].sendMsgs, uint64_t(3 * iters)) << "rank " << r.rank << " to " << p;
+        EXPECT_EQ(r.peers[p].recvMsgs, uint64_t(3 * iters)) << "rank " << r.rank << " from " << p;
+      }
   std::printf("%s", tr::renderTable(comms.begin()->second, nullptr, 0).c_str());
   mp::freeShared(sh);
 }

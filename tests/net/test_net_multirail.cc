@@ -8,13 +8,19 @@
 // Needs root and iproute2; otherwise each test is skipped with a message saying so.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
 #include "net/netns.h"
+#include "traffic_stats.h"
 
 namespace {
 
@@ -71,6 +77,62 @@ TEST(NetMultirail, TwoNodesStaticEveryCollective) {
       nettest::runCluster(railsCluster(nodes, "static"), checkAll({0, 1, 1031, 200003}), {}, [&] { nodes.cleanup(); });
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
+
+// The traffic counters show a connection spread over both rails as two rails, and what
+// the rails carried adds up exactly to the bytes the rings moved between the two ranks.
+void countsEachRail(const char* routing) {
+  SKIP_UNLESS_NETNS(nodes, 2);
+  char dirTemplate[] = "/tmp/snccl-rails-XXXXXX";
+  ASSERT_NE(mkdtemp(dirTemplate), nullptr);
+  const std::string dir = dirTemplate;
+  Cluster c = railsCluster(nodes, routing);
+  c.env.push_back({"SNCCL_STATS_DIR", dir});
+  Outcome o = nettest::runCluster(
+      c,
+      [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+        // Messages large enough to be split over every stream, and small ones that ride
+        // inside the control frames (static routing).
+        for (size_t count : {size_t(4) << 20, size_t(1000), size_t(3) << 20}) {
+          std::vector<float> buf(count, float(rank + 1));
+          if (ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess ||
+              buf[count - 1] != float(n * (n + 1) / 2)) {
+            nettest::report(sh, rank, 1, "AllReduce failed or wrong");
+            return false;
+          }
+        }
+        nettest::report(sh, rank, 0, "");
+        return true;
+      },
+      {}, [&] { nodes.cleanup(); });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  std::vector<std::string> files = snccl::traffic::counterFiles(dir);
+  ASSERT_EQ(files.size(), 2u) << dir;
+  for (const std::string& f : files) {
+    snccl::traffic::RankCounters rc;
+    std::string err;
+    ASSERT_TRUE(snccl::traffic::readCounters(f, &rc, &err)) << f << ": " << err;
+    const snccl::traffic::PeerCounters& peer = rc.peers[size_t(1 - rc.rank)];
+    EXPECT_GT(peer.sendBytes, uint64_t(7) << 20) << f;
+    std::set<std::string> names;
+    uint64_t sent = 0, received = 0;
+    for (const snccl::traffic::RailCount& r : peer.rails) {
+      names.insert(r.name);
+      EXPECT_EQ(r.name.rfind("snet", 0), 0u) << f << ": rail " << r.name;
+      EXPECT_GT(r.sendBytes, 0u) << f << ": rail " << r.name << " sent nothing";
+      EXPECT_GT(r.recvBytes, 0u) << f << ": rail " << r.name << " received nothing";
+      sent += r.sendBytes;
+      received += r.recvBytes;
+    }
+    EXPECT_EQ(names.size(), size_t(kRails)) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
+    EXPECT_EQ(sent, peer.sendBytes) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
+    EXPECT_EQ(received, peer.recvBytes) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
+    if (::testing::Test::HasFailure()) std::fprintf(stderr, "%s", snccl::traffic::renderTable({rc}, nullptr, 0).c_str());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NetMultirail, AdaptiveTrafficIsCountedPerRail) { countsEachRail("adaptive"); }
+TEST(NetMultirail, StaticTrafficIsCountedPerRail) { countsEachRail("static"); }
 
 // Ranks loop on 4 MiB AllReduces, checking each result, until the parent says stop; the
 // parent pulls node 1's cable on `rail` once every rank completed a few, and says stop

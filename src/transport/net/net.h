@@ -92,6 +92,12 @@ class MemHandle {
   virtual ~MemHandle() = default;
 };
 
+// What a comm carried over one rail (Net::railBytes).
+struct RailBytes {
+  const char* name;  // the rail: a local interface or device; owned by the plugin
+  uint64_t bytes;    // payload sent (a send comm) or received (a receive comm)
+};
+
 class Net {
  public:
   virtual ~Net() = default;
@@ -168,6 +174,13 @@ class Net {
     return false;
   }
   virtual Status closeListen(ListenComm* comm) = 0;
+
+  // Not in ncclNet: the payload bytes the comm carried so far over each rail (a local
+  // interface or device its paths leave through), one entry per rail, for the traffic
+  // counters' rail view. The names stay valid while the plugin lives. Called by whoever
+  // drives the comm. False: the plugin cannot tell (the connection's link then stands
+  // for its one rail).
+  virtual bool railBytes(const Comm* /*comm*/, std::vector<RailBytes>* /*out*/) const { return false; }
 };
 
 // One line of the plugin table.

@@ -1,6 +1,7 @@
 // Net proxy entries: ring <-> net comm, both directions.
 #include "transport/net/net_entry.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/log.h"
@@ -20,8 +21,29 @@ NetEntry::NetEntry(Net* net, RingView ring, EntryInfo info)
         Properties p;
         return net->getProperties(info_.dev, &p).ok() && !p.imm;
       }()),
-      mrs_(net, info_.regs) {
+      mrs_(net, info_.regs),
+      railsCounted_(info_.rails.slots != nullptr) {
   if (prefixImm_) wire_.resize(ring_.nsteps * wireSlotBytes());
+}
+
+void NetEntry::countRails() {
+  Comm* c = comm();
+  if (!railsCounted_ || c == nullptr) return;
+  if (!net_->railBytes(c, &railNow_)) {
+    railsCounted_ = false;  // the plugin cannot tell: it never will
+    return;
+  }
+  for (const RailBytes& now : railNow_) {
+    auto it = std::find_if(railSeen_.begin(), railSeen_.end(), [&](const RailSeen& r) { return r.name == now.name; });
+    if (it == railSeen_.end()) {
+      RailCounters* counters = now.name[0] != '\0' ? info_.rails.find(now.name) : nullptr;
+      it = railSeen_.insert(railSeen_.end(), RailSeen{now.name, 0, counters});
+    }
+    if (now.bytes > it->bytes && it->counters != nullptr)
+      (info_.send ? it->counters->sendBytes : it->counters->recvBytes).fetch_add(now.bytes - it->bytes,
+                                                                               std::memory_order_relaxed);
+    it->bytes = now.bytes;
+  }
 }
 
 bool NetEntry::pollFds(std::vector<pollfd>* fds) {
@@ -58,6 +80,7 @@ NetEntry::Oldest NetEntry::testOldest(size_t* size, uint32_t* imm) {
   }
   if (!done) return Oldest::kPending;
   inflight_.pop_front();
+  countRails();
   return Oldest::kDone;
 }
 

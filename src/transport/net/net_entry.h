@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "transport/connection.h"
+#include "transport/rail_tally.h"
 #include "transport/net/net.h"
 #include "transport/net/proxy.h"
 #include "transport/net/reg_cache.h"
@@ -65,6 +66,9 @@ struct EntryInfo {
   // The communicator's registered ranges (reg_cache.h); null: none. Read only by a plugin
   // that needs registration.
   std::shared_ptr<RegCache> regs = nullptr;
+  // The peer's rail counters (rail_tally.h), and which way this entry moves data.
+  RailTally rails{};
+  bool send = false;
 };
 
 // Why a connection failed, as the net layer said it: written once by the proxy thread
@@ -164,6 +168,9 @@ class NetEntry : public ProxyEntry {
   // inflight_ and the entry failed (fail()); kPending: neither.
   enum class Oldest { kPending, kDone, kFailed };
   Oldest testOldest(size_t* size, uint32_t* imm);
+  // After a message completed: adds what each rail carried since the last call to the
+  // peer's rail counters (Net::railBytes; nothing on a plugin that cannot tell).
+  void countRails();
   // True when no delivered message waits for the executor (always, on the send side).
   virtual bool ringDrained() const { return true; }
   // True once the peer closed in order (Net::peerClosed, or its goodbye on a net without imm).
@@ -204,6 +211,15 @@ class NetEntry : public ProxyEntry {
   uint64_t seen_ = 0;              // the executor's counter when progress last looked
   bool closing_ = false;
   std::chrono::steady_clock::time_point closeDeadline_{};
+  // countRails(): each rail's bytes when last counted, and its counters (null: not counted).
+  struct RailSeen {
+    const char* name;
+    uint64_t bytes;
+    RailCounters* counters;
+  };
+  std::vector<RailSeen> railSeen_;
+  std::vector<RailBytes> railNow_;  // scratch
+  bool railsCounted_;               // a tally was given and the plugin can tell
 };
 
 class SendEntry : public NetEntry {

@@ -98,7 +98,7 @@ int timeoutSec() { return int(std::max<int64_t>(0, params::getInt(params::Id::Ti
 net::EntryInfo entryInfo(const ConnRequest& req, bool send, int dev) {
   return {format("rank %d %s rank %d channel %d (comm %016llx)", req.rank, send ? "->" : "<-", req.peer, req.channel,
                  (unsigned long long)req.commHash),
-          req.rank, req.peer, timeoutSec(), dev, req.regs};
+          req.rank, req.peer, timeoutSec(), dev, req.regs, req.rails, send};
 }
 
 // "IB/mlx5_0": the plugin and the device's name (its index when it has none).

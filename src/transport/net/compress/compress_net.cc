@@ -310,6 +310,10 @@ class CompressNet final : public Net {
     return inner_->peerAbortCode(innerOf(const_cast<Comm*>(comm)));
   }
   bool peerClosed(const Comm* comm) const override { return inner_->peerClosed(innerOf(const_cast<Comm*>(comm))); }
+  // The wire's bytes: compressed, as the rails carried them.
+  bool railBytes(const Comm* comm, std::vector<RailBytes>* out) const override {
+    return inner_->railBytes(innerOf(const_cast<Comm*>(comm)), out);
+  }
   Status closeListen(ListenComm* comm) override {
     auto* l = static_cast<CListen*>(comm);
     Status st = inner_->closeListen(l->inner);

@@ -29,7 +29,7 @@ static_assert(kSendReadChunk >= sizeof(sockwire::Frame));
 
 Conn::Conn(bool sender, std::vector<sock::Socket> socks, std::string what)
     : sender_(sender), ctrl_(std::move(socks[0])), what_(std::move(what)) {
-  for (size_t i = 1; i < socks.size(); ++i) streams_.push_back(Stream{std::move(socks[i]), {}});
+  for (size_t i = 1; i < socks.size(); ++i) streams_.push_back(Stream{std::move(socks[i]), {}, 0});
   for (SockRequest& r : pool_) r.conn = this;
   // Room for a few frames with inline payloads; more only while the socket is full (at
   // most kMaxRequests frames, the bound on buffering).
@@ -124,6 +124,7 @@ Result<SockRequest*> Conn::isend(void* data, size_t size, int tag, uint32_t imm)
   r->imm = imm;
   Frame f{sockwire::kMsg, tag, size, imm, 0};
   queueFrame(f, data, size <= sockwire::kInlineMax ? size : 0);
+  if (size <= sockwire::kInlineMax) inlineBytes_ += size;
   r->frameEnd = queued_;
   addParts(r, size);
   SNCCL_TRY(push());
@@ -347,7 +348,10 @@ Status Conn::matchMessage(const Frame& f, const char* payload) {
   r->matched = true;
   r->size = size_t(f.size);
   r->imm = f.imm;
-  if (f.size <= sockwire::kInlineMax) std::memcpy(r->data, payload, r->size);
+  if (f.size <= sockwire::kInlineMax) {
+    std::memcpy(r->data, payload, r->size);
+    inlineBytes_ += r->size;
+  }
   addParts(r, r->size);
   return OkStatus();
 }
@@ -370,6 +374,7 @@ Status Conn::pumpStream(int index) {
     if (k.value() == 0) return OkStatus();
     const bool shortMove = k.value() < t.len - t.done;
     t.done += k.value();
+    st.bytes += k.value();
     if (t.done == t.len) {
       t.req->partsLeft--;
       st.tasks.pop_front();

@@ -103,6 +103,11 @@ class Conn {
   // Receiver: how many times held credits were queued (each batch goes out in one write
   // when the socket has room). Fewer than the receives posted when batching works.
   uint64_t creditReleases() const { return creditReleases_; }
+  // Payload bytes socket i carried (0: the control socket, its inline payloads; i > 0:
+  // data stream i - 1), written by a sender or read by a receiver: the rail view of the
+  // traffic counters (Net::railBytes).
+  uint64_t socketBytes(int i) const { return i == 0 ? inlineBytes_ : streams_[size_t(i) - 1].bytes; }
+  int sockets() const { return 1 + int(streams_.size()); }
 
  private:
   struct Task {
@@ -114,6 +119,7 @@ class Conn {
   struct Stream {
     sock::Socket sock;
     std::deque<Task> tasks;
+    uint64_t bytes = 0;  // payload moved
   };
   struct Credit {
     size_t size;
@@ -148,6 +154,7 @@ class Conn {
   std::deque<Credit> credits_;         // sender: posted receives of the peer, in order
   std::vector<sockwire::Frame> held_;  // receiver: CTS of the newest posted receives, not yet written
   uint64_t creditReleases_ = 0;
+  uint64_t inlineBytes_ = 0;           // payload bytes carried inside MSG frames
   std::vector<char> out_;              // control frames not yet written
   size_t outOff_ = 0;
   std::vector<char> in_;               // control bytes read but not yet parsed: the first inLen_

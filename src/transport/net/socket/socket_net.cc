@@ -32,7 +32,18 @@ static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlap
 // Either end of a connection: a Conn (static routing) or a MultipathConn (adaptive).
 class SocketEnd {
  public:
-  SocketEnd(bool sender, std::vector<sock::Socket> socks, std::string what, const MultipathConfig* adaptive) {
+  SocketEnd(bool sender, std::vector<sock::Socket> socks, std::string what, const MultipathConfig* adaptive,
+            const std::vector<sock::Interface>& rails) {
+    // Each socket's rail: the local interface whose address it is bound to (a multi-rail
+    // connector binds every socket to a rail; a listener on the wildcard address accepts
+    // on the interface the peer's socket arrived at).
+    for (const sock::Socket& so : socks) {
+      const char* name = rails.empty() ? "" : rails[0].name.c_str();
+      if (Result<sock::Address> local = so.localAddress(); local.ok())
+        for (const sock::Interface& r : rails)
+          if (r.addr.hostString() == local.value().hostString()) name = r.name.c_str();
+      railOf_.push_back(name);
+    }
     if (adaptive != nullptr) {
       mp_ = std::make_unique<MultipathConn>(sender, std::move(socks), std::move(what), *adaptive);
     } else {
@@ -48,10 +59,24 @@ class SocketEnd {
   decltype(auto) with(F&& f) const {
     return mp_ != nullptr ? f(std::as_const(*mp_)) : f(std::as_const(*conn_));
   }
+  // Net::railBytes: the sockets' payload bytes summed by rail.
+  void railBytes(std::vector<RailBytes>* out) const {
+    out->clear();
+    for (size_t i = 0; i < railOf_.size(); ++i) {
+      const uint64_t b = mp_ != nullptr ? mp_->pathBytes(int(i)) : conn_->socketBytes(int(i));
+      auto it = std::find_if(out->begin(), out->end(), [&](const RailBytes& r) { return r.name == railOf_[i]; });
+      if (it == out->end()) {
+        out->push_back(RailBytes{railOf_[i], b});
+      } else {
+        it->bytes += b;
+      }
+    }
+  }
 
  private:
   std::unique_ptr<Conn> conn_;
   std::unique_ptr<MultipathConn> mp_;
+  std::vector<const char*> railOf_;  // per socket: its rail's name, owned by SocketNet::rails_
 };
 
 class SocketSend : public SendComm {
@@ -193,7 +218,7 @@ class SocketNet : public Net {
     if (!socks.ok()) return withLocalLink(socks.status());
     SN_INFO(log::kNet, "NET/Socket : %s: connected, %zu sockets over %d rails, %s routing", what.c_str(),
             socks.value().size(), rails, adaptive ? "adaptive" : "static");
-    *out = new SocketSend(std::move(socks).value(), what, adaptive ? &mp : nullptr);
+    *out = new SocketSend(std::move(socks).value(), what, adaptive ? &mp : nullptr, rails_);
     return OkStatus();
   }
 
@@ -208,7 +233,7 @@ class SocketNet : public Net {
     mp.chunkBytes = l->plan().chunkBytes;
     SN_INFO(log::kNet, "NET/Socket : %s: accepted, %zu sockets, %s routing", what.c_str(), socks.size(),
             adaptive ? "adaptive" : "static");
-    *out = new SocketRecv(std::move(socks), what, adaptive ? &mp : nullptr);
+    *out = new SocketRecv(std::move(socks), what, adaptive ? &mp : nullptr, rails_);
     return OkStatus();
   }
 
@@ -293,6 +318,12 @@ class SocketNet : public Net {
   Status closeListen(ListenComm* comm) override {
     delete static_cast<SocketListen*>(comm);
     return OkStatus();
+  }
+  bool railBytes(const Comm* comm, std::vector<RailBytes>* out) const override {
+    const SocketEnd* e = endOf(comm);
+    if (e == nullptr) return false;
+    e->railBytes(out);
+    return true;
   }
 
  private:
