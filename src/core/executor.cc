@@ -289,9 +289,7 @@ void CommRunner::flightBegin(const ExecOp& op) {
   r.nsend = op.nsend;
   r.nrecv = op.nrecv;
   // The single-copy AllReduce runs phases, not steps: its lanes run only as a fallback.
-  size_t total = 0;
-  if (!op.mapped)
-    for (const Lane& l : op.sched->lanes) total += l.steps.size();
+  const size_t total = op.mapped || op.prep == nullptr ? 0 : op.prep->totalSteps;
   r.stepsTotal = uint32_t(std::min<size_t>(total, UINT32_MAX));
   fr.begin(r);
 }

@@ -84,7 +84,11 @@ void listRecvTargets(const Schedule& sched, const std::vector<ConnKey>& recvs,
 
 }  // namespace
 
-void PreparedSchedule::analyse() { collectPeers(sched, &sends, &recvs, &maxRecvCount); }
+void PreparedSchedule::analyse() {
+  collectPeers(sched, &sends, &recvs, &maxRecvCount);
+  totalSteps = 0;
+  for (const Lane& l : sched.lanes) totalSteps += l.steps.size();
+}
 
 const ZeroCopyInfo& PreparedSchedule::zeroCopy() const {
   if (!zeroCopyDone_.load(std::memory_order_acquire)) {

@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <functional>
@@ -177,6 +178,21 @@ inline void waitForIters(Shared* s, int n, int iters) {
     return m;
   };
   while (minIters() < iters && nowSec() < end) usleep(1000);
+}
+
+// The supervisor of a stopped-rank scenario, once the ranks run: stops the victim
+// (SIGSTOP, as a debugger would), waits until every survivor recorded its result (60 s at
+// most), then kills the victim, which would otherwise never exit.
+inline void stopUntilSurvivorsDone(Shared* s, int n, int victim, const std::vector<pid_t>& pids) {
+  kill(pids[size_t(victim)], SIGSTOP);
+  auto survivorsDone = [&] {
+    for (int r = 0; r < n; ++r)
+      if (r != victim && __atomic_load_n(&s->r[r].done, __ATOMIC_ACQUIRE) == 0) return false;
+    return true;
+  };
+  const double end = nowSec() + 60;
+  while (!survivorsDone() && nowSec() < end) usleep(2000);
+  kill(pids[size_t(victim)], SIGKILL);
 }
 
 }  // namespace faults

@@ -131,15 +131,7 @@ TEST(Faults, StoppedRankIsNamedByEverySurvivor) {
         waitForIters(s, n, 3);
         usleep(3000);
         s->tEvent = nowSec();
-        kill(pids[victim], SIGSTOP);
-        auto survivorsDone = [&] {
-          for (int r = 0; r < n; ++r)
-            if (r != victim && __atomic_load_n(&s->r[r].done, __ATOMIC_ACQUIRE) == 0) return false;
-          return true;
-        };
-        double end = nowSec() + 60;
-        while (!survivorsDone() && nowSec() < end) usleep(2000);
-        kill(pids[victim], SIGKILL);
+        stopUntilSurvivorsDone(s, n, victim, pids);
       });
   ASSERT_NE(sh, nullptr);
   checkSurvivors(sh, n, victim);

@@ -11,6 +11,7 @@
 
 #include "flight_doctor.h"
 #include "mp/fault_harness.h"
+#include "support/run_tool.h"
 #include "support/temp_dir.h"
 
 namespace {
@@ -60,11 +61,31 @@ Diagnosis diagnoseDir(const std::string& dir, size_t expectDumps, const Shared* 
   Diagnosis d = snccl::doctor::diagnose(groups.begin()->second);
   std::printf("sn_doctor: %s: %s\n", snccl::doctor::verdictName(d.verdict), d.summary.c_str());
   for (const std::string& line : d.details) std::printf("  %s\n", line.c_str());
+  // The tool itself says the same, with the exit status its usage promises.
+  sntest::ToolRun tool = sntest::runTool(std::string(SNCCL_SN_DOCTOR) + " " + dir);
+  EXPECT_EQ(tool.status, d.verdict == Verdict::kNoFault ? 0 : 1) << tool.out;
+  EXPECT_NE(tool.out.find(std::string("verdict: ") + snccl::doctor::verdictName(d.verdict)), std::string::npos)
+      << tool.out;
+  EXPECT_NE(tool.out.find(d.summary), std::string::npos) << tool.out;
   return d;
 }
 
 std::vector<std::pair<std::string, std::string>> flightEnv(const sntest::TempDir& dir, const char* timeout) {
   return {{"SNCCL_FLIGHT_DIR", dir.path}, {"SNCCL_TIMEOUT", timeout}};
+}
+
+// Without a dump to read, or without an argument, the tool says so with status 2.
+TEST(Flight, DoctorWithoutDumpsExitsWithTwo) {
+  sntest::TempDir dir("snccl-flight");
+  sntest::ToolRun empty = sntest::runTool(std::string(SNCCL_SN_DOCTOR) + " " + dir.path);
+  EXPECT_EQ(empty.status, 2) << empty.out;
+  EXPECT_NE(empty.out.find("no flight recorder dump"), std::string::npos) << empty.out;
+  std::ofstream(dir.path + "/snccl-flight-0-r0.txt") << "not a dump\n";
+  sntest::ToolRun bad = sntest::runTool(std::string(SNCCL_SN_DOCTOR) + " " + dir.path);
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("snccl-flight-0-r0.txt"), std::string::npos) << "names the file it refused: " << bad.out;
+  EXPECT_EQ(sntest::runTool(SNCCL_SN_DOCTOR).status, 2);
+  EXPECT_EQ(sntest::runTool(std::string(SNCCL_SN_DOCTOR) + " --help").status, 0);
 }
 
 TEST(Flight, KilledRankIsNamedAsDead) {
@@ -92,15 +113,7 @@ TEST(Flight, StoppedRankIsNamedAsStopped) {
       n, flightEnv(dir, "3"), [&](int r, Shared* s) { loopRank(r, s, n, 100000, nullptr); },
       [&](Shared* s, const std::vector<pid_t>& pids) {
         waitForIters(s, n, 3);
-        kill(pids[victim], SIGSTOP);
-        double end = nowSec() + 60;
-        auto survivorsDone = [&] {
-          for (int r = 0; r < n; ++r)
-            if (r != victim && __atomic_load_n(&s->r[r].done, __ATOMIC_ACQUIRE) == 0) return false;
-          return true;
-        };
-        while (!survivorsDone() && nowSec() < end) usleep(2000);
-        kill(pids[victim], SIGKILL);
+        stopUntilSurvivorsDone(s, n, victim, pids);
       });
   ASSERT_NE(sh, nullptr);
   Diagnosis d = diagnoseDir(dir.path, n - 1, sh, n);

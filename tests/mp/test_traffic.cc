@@ -4,9 +4,12 @@
 // runs.
 #include <signal.h>
 
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "mp/fault_harness.h"
+#include "support/run_tool.h"
 #include "support/temp_dir.h"
 #include "traffic_stats.h"
 
@@ -62,6 +65,11 @@ TEST(Traffic, RingAllReduceCountsAreExactAndPairsAgree) {
       [&](Shared* s, const std::vector<pid_t>&) {
         waitForIters(s, n, iters / 2);
         s->measured = totalSent(readDir(dir.path));
+        // The live view, while the job waits: one refresh of rates, every pair on shm.
+        sntest::ToolRun live = sntest::runTool(std::string(SNCCL_SN_TOP) + " -i 0.2 -n 1 " + dir.path);
+        EXPECT_EQ(live.status, 0) << live.out;
+        EXPECT_NE(live.out.find("per second over 0.2 s"), std::string::npos) << live.out;
+        EXPECT_NE(live.out.find("shm"), std::string::npos) << live.out;
         __atomic_store_n(&s->go, 1, __ATOMIC_RELEASE);
       });
   ASSERT_NE(sh, nullptr);
@@ -98,7 +106,32 @@ TEST(Traffic, RingAllReduceCountsAreExactAndPairsAgree) {
   for (size_t at = svg.find("<title>"); at != std::string::npos; at = svg.find("<title>", at + 1)) ++cells;
   EXPECT_GE(cells, size_t(n * n)) << "a cell per pair of ranks, plus the links";
   std::printf("%s", table.c_str());
+
+  // The tool on the files the run left: the same table, and the picture in a file.
+  char hash[32];
+  std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)ranks[0].hash);
+  sntest::ToolRun once = sntest::runTool(std::string(SNCCL_SN_TOP) + " --once " + dir.path);
+  EXPECT_EQ(once.status, 0) << once.out;
+  EXPECT_NE(once.out.find(std::string("communicator ") + hash + " (3 of 3 ranks)"), std::string::npos) << once.out;
+  EXPECT_NE(once.out.find(table), std::string::npos) << once.out;
+  const std::string svgPath = dir.path + "/run.svg";
+  sntest::ToolRun picture = sntest::runTool(std::string(SNCCL_SN_TOP) + " --svg " + svgPath + " " + dir.path);
+  EXPECT_EQ(picture.status, 0) << picture.out;
+  std::ifstream svgFile(svgPath);
+  const std::string written((std::istreambuf_iterator<char>(svgFile)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(written, svg);
   mp::freeShared(sh);
+}
+
+// Misuse: no directory, a directory without counter files, an unwritable picture.
+TEST(Traffic, TopRefusesWhatItCannotShow) {
+  sntest::TempDir dir("snccl-stats");
+  EXPECT_EQ(sntest::runTool(SNCCL_SN_TOP).status, 2);
+  EXPECT_EQ(sntest::runTool(std::string(SNCCL_SN_TOP) + " -i 0 " + dir.path).status, 2);
+  EXPECT_EQ(sntest::runTool(std::string(SNCCL_SN_TOP) + " --help").status, 0);
+  sntest::ToolRun empty = sntest::runTool(std::string(SNCCL_SN_TOP) + " --once " + dir.path);
+  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_NE(empty.out.find("no counter file"), std::string::npos) << empty.out;
 }
 
 // The single-copy AllReduce moves no ring bytes for its data: each rank writes its block
