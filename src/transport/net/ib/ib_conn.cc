@@ -351,11 +351,13 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
                                   "matches no posted receive (slot %d %s, message %llu)",
                                   what_.c_str(), wc.qp_num, imm, static_cast<unsigned long long>(rec.seq), slot,
                                   r.live ? "in flight" : "free", static_cast<unsigned long long>(r.seq)));
-      if (rec.size > r.size)
-        return fail(InternalError("NET/IB: %s: message %llu has %llu bytes, its receive %zu",
-                                  what_.c_str(), static_cast<unsigned long long>(rec.seq),
-                                  static_cast<unsigned long long>(rec.size), r.size));
+      const std::string problem =
+          recordProblem(rec, r.seq, q, int(qps_.size()), r.size, r.partsDone > 0 ? &r.first : nullptr, r.partsSeen);
+      if (!problem.empty())
+        return fail(InternalError("NET/IB: %s: QP 0x%x: %s", what_.c_str(), wc.qp_num, problem.c_str()));
       SNCCL_TRY(postRecvs(q, 1));
+      if (r.partsDone == 0) r.first = rec;
+      r.partsSeen |= uint32_t(1) << rec.part;
       r.nparts = rec.nparts;
       r.imm = rec.imm;
       if (++r.partsDone == r.nparts) {
@@ -487,15 +489,10 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
     return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
   const int nqps = int(qps_.size());
-  int nparts = 1;
   size_t chunk = size;
-  if (nqps > 1 && size >= params_.qp.splitBytes) {
-    chunk = (size + size_t(nqps) - 1) / size_t(nqps);
-    chunk = (chunk + kPartAlign - 1) / kPartAlign * kPartAlign;
-    nparts = int((size + chunk - 1) / chunk);
-  }
+  const int nparts = splitParts(size, nqps, params_.qp.splitBytes, &chunk);
   for (int part = 0; part < nparts; ++part) {
-    const int q = nparts == 1 ? int(seq % uint64_t(nqps)) : part;
+    const int q = partQp(seq, part, nparts, nqps);
     const size_t off = size_t(part) * chunk;
     const size_t len = std::min(chunk, size - std::min(size, off));
     DoneRecord& rec = region_->records[slot][q];
@@ -700,12 +697,8 @@ Result<std::unique_ptr<Endpoint>> Setup::step() {
         SNCCL_TRY(ioStep(false, &complete));
         if (!complete) return std::unique_ptr<Endpoint>();
         std::memcpy(&peer_, buf_.data(), sizeof peer_);
-        if (peer_.magic != kMetaMagic || peer_.version != kMetaVersion)
-          return InternalError("NET/IB: %s: the peer is not an IB net of version %u (magic %08x, version %u)",
-                               ep_->what().c_str(), unsigned(kMetaVersion), peer_.magic, unsigned(peer_.version));
-        if (peer_.nqps < 1 || peer_.nqps > kMaxQps)
-          return InternalError("NET/IB: %s: the peer asks for %u queue pairs", ep_->what().c_str(), unsigned(peer_.nqps));
-        peer_.dev[sizeof peer_.dev - 1] = '\0';
+        if (std::string problem = metaProblem(&peer_); !problem.empty())
+          return InternalError("NET/IB: %s: %s", ep_->what().c_str(), problem.c_str());
         if (bool(peer_.ethernet) != ep_->port()->ethernet)
           return InvalidUsage("NET/IB: %s: link layers differ: %s is %s, the peer's %s is %s", ep_->what().c_str(),
                               ep_->port()->label().c_str(), ep_->port()->ethernet ? "Ethernet (RoCE)" : "InfiniBand",

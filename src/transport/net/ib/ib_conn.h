@@ -30,6 +30,8 @@ class IbRequest : public Request {
   bool complete = false;
   int nparts = 0;      // sender: parts posted; receiver: from the records (0 until the first)
   int partsDone = 0;
+  DoneRecord first{};     // receiver: the first record that arrived (partsDone > 0)
+  uint32_t partsSeen = 0;  // receiver: a bit per part whose record arrived
   size_t size = 0;     // sender: bytes sent; receiver: bytes received
   uint32_t imm = 0;
 };

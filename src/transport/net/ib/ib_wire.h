@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace snccl::net::ib {
 
@@ -83,6 +84,31 @@ struct Meta {
   char dev[64];
   uint32_t qpn[kMaxQps];
 };
+
+// The checks of what the peer wrote, which this end cannot trust (ib_wire.cc).
+// Its metadata: "" when it can be a peer's (magic, version, 1..kMaxQps queue pairs); the
+// device name is NUL-terminated in place either way.
+std::string metaProblem(Meta* m);
+
+// How the sender cuts a message of `size` bytes over `nqps` queue pairs: messages from
+// `splitBytes` up (and not empty) are cut into at most nqps parts of `*chunk` bytes
+// (kPartAlign-aligned, the last shorter), one per queue pair; smaller ones travel whole.
+// Returns the parts.
+int splitParts(size_t size, int nqps, size_t splitBytes, size_t* chunk);
+// The queue pair part `part` of message `seq` goes on: the part's index when cut, else
+// the message's turn (seq mod nqps), so that small messages spread over the pairs.
+inline int partQp(uint64_t seq, int part, int nparts, int nqps) {
+  return nparts == 1 ? int(seq % uint64_t(nqps)) : part;
+}
+
+// The receiver's check of a record that arrived on queue pair `qp` (of `nqps`) for the
+// receive of message `seq` posted for `posted` bytes; `first`: the first record of the
+// same message that arrived (null: this is the first), `partsSeen` a bit for each part
+// whose record arrived. "" when the sender could have written it: its message, at most
+// `posted` bytes, a part the split makes on that queue pair, not seen before, with the
+// same size, part count and imm as the first record.
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int qp, int nqps, size_t posted,
+                          const DoneRecord* first, uint32_t partsSeen);
 
 // Control-socket frames after setup.
 enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3 };

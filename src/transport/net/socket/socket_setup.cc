@@ -152,17 +152,19 @@ Result<std::unique_ptr<SocketListen>> SocketListen::create(const sock::Address& 
 Result<size_t> SocketListen::frameHello(std::span<const std::byte> got) const {
   Hello h;
   std::memcpy(&h, got.data(), sizeof h);
+  // A stranger's bytes: the key decides; a wrong socket number is the peer's error (place()).
   if (h.magic != sockwire::kMagic || h.nonce != nonce_ || h.version != sockwire::kVersion)
-    return InvalidUsage("it did not present this listener's key");
+    return InvalidUsage("%s", sockwire::helloProblem(h, nonce_, nstreams_).c_str());
   return got.size();
 }
 
 Status SocketListen::place(sock::Greeter::Greeted g) {
   Hello h;
   std::memcpy(&h, g.bytes.data(), sizeof h);
-  if (h.nstreams != nstreams_ || h.index > nstreams_ || slots_[h.index].valid())
-    return InternalError("NET/Socket: connection from %s announced socket %u of %u, expected %d streams",
-                         g.sock.peer().toString().c_str(), h.index, h.nstreams, nstreams_);
+  std::string problem = sockwire::helloProblem(h, nonce_, nstreams_);
+  if (problem.empty() && slots_[h.index].valid()) problem = format("it announced socket %u twice", h.index);
+  if (!problem.empty())
+    return InternalError("NET/Socket: connection from %s: %s", g.sock.peer().toString().c_str(), problem.c_str());
   SNCCL_TRY(tuneSocket(g.sock.fd(), tuning_));
   slots_[h.index] = std::move(g.sock);
   ++have_;
@@ -191,13 +193,8 @@ Result<std::unique_ptr<Connector>> Connector::start(const Handle& handle, const 
                          handle.bytes.size(), sockwire::kHandleBytes);
   std::memcpy(&c->wire_, handle.bytes.data(), sizeof c->wire_);
   const HandleWire& w = c->wire_;
-  if (w.magic != sockwire::kMagic || w.version != sockwire::kVersion || w.nstreams > sockwire::kMaxStreams ||
-      w.nrails < 1 || w.nrails > sockwire::kMaxRails)
-    return InternalError("NET/Socket: the peer's listen handle is not a socket-net handle of version %u "
-                         "(magic %08x, version %u, %u streams, %u rails)",
-                         sockwire::kVersion, w.magic, w.version, w.nstreams, w.nrails);
-  if (w.adaptive != 0 && (w.chunkBytes < 4096 || w.chunkBytes > (16u << 20)))
-    return InternalError("NET/Socket: the peer's listen handle asks for %u-byte chunks", w.chunkBytes);
+  if (std::string problem = sockwire::handleProblem(w); !problem.empty())
+    return InternalError("NET/Socket: the peer's listen handle: %s", problem.c_str());
   SNCCL_ASSIGN_OR_RETURN(c->to_, sock::Address::fromWire(w.addr));
   c->targets_.push_back(c->to_);
   for (int k = 1; k < w.nrails; ++k) {

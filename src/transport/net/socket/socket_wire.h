@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/socket.h"
 
@@ -103,6 +104,15 @@ struct Part {
   size_t offset;
   size_t len;
 };
+
+// The checks of what a peer presents, which the other end cannot trust (socket_wire.cc).
+// A listen handle (its first sizeof(HandleWire) bytes): "" when a connector can use it (this
+// version, at most kMaxStreams streams, 1..kMaxRails rails, an adaptive chunk of 4 KiB to
+// 16 MiB); else what is wrong.
+std::string handleProblem(const HandleWire& w);
+// A socket's greeting at a listener of `nonce` and `nstreams` streams: "" when it is this
+// version's, with the nonce, and names one of the nstreams + 1 sockets; else what is wrong.
+std::string helloProblem(const Hello& h, uint64_t nonce, int nstreams);
 
 // Splits message number `seq` of `size` bytes over nstreams; writes at most nstreams
 // parts and returns their count (0: the payload travels inline). Parts are at least

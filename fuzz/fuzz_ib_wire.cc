@@ -1,0 +1,73 @@
+// The IB net's checks of what a peer writes (transport/net/ib/ib_wire.h): the connection
+// metadata sent over the control socket and the records RDMA-written into the receiver's
+// memory. For any bytes: accepted metadata has a usable queue pair count and a terminated
+// device name; a record is accepted only if the sender's split could have made it. And the
+// other way round: every record the sender writes for a message (splitParts, partQp) is
+// accepted in its order, its parts tile the message, and none is accepted twice.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "fuzz_check.h"
+#include "transport/net/ib/ib_wire.h"
+
+namespace ib = snccl::net::ib;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < sizeof(ib::Meta) + 24) return 0;
+  ib::Meta m;
+  std::memcpy(&m, data, sizeof m);
+  data += sizeof m;
+  size -= sizeof m;
+  if (ib::metaProblem(&m).empty())
+    FUZZ_CHECK(m.nqps >= 1 && m.nqps <= ib::kMaxQps, "accepted %u queue pairs", unsigned(m.nqps));
+  FUZZ_CHECK(std::memchr(m.dev, 0, sizeof m.dev) != nullptr, "device name not terminated");
+
+  // One message the sender splits: seq, size, queue pairs, split threshold.
+  uint64_t seq = 0, msgSize = 0;
+  std::memcpy(&seq, data, 8);
+  std::memcpy(&msgSize, data + 8, 8);
+  msgSize &= (uint64_t(1) << 40) - 1;
+  const int nqps = 1 + data[16] % ib::kMaxQps;
+  const size_t splitBytes = size_t(data[17]) << (data[18] % 24);
+  const size_t posted = size_t(msgSize) + data[19];
+  data += 24;
+  size -= 24;
+  size_t chunk = 0;
+  const int nparts = ib::splitParts(size_t(msgSize), nqps, splitBytes, &chunk);
+  FUZZ_CHECK(nparts >= 1 && nparts <= nqps, "%d parts over %d queue pairs", nparts, nqps);
+  size_t covered = 0;
+  ib::DoneRecord first{};
+  uint32_t seen = 0;
+  for (int part = 0; part < nparts; ++part) {
+    const size_t off = size_t(part) * chunk;
+    const size_t len = std::min(chunk, size_t(msgSize) - std::min(size_t(msgSize), off));
+    FUZZ_CHECK(off == covered || len == 0, "part %d at %zu, expected %zu", part, off, covered);
+    if (part + 1 < nparts) FUZZ_CHECK(len > 0 && len % ib::kPartAlign == 0, "part %d of %zu bytes", part, len);
+    covered += len;
+    const ib::DoneRecord rec{seq, msgSize, 7, uint16_t(nparts), uint16_t(part), 0};
+    const int qp = ib::partQp(seq, part, nparts, nqps);
+    FUZZ_CHECK(qp >= 0 && qp < nqps, "part %d on queue pair %d of %d", part, qp, nqps);
+    const std::string problem = ib::recordProblem(rec, seq, qp, nqps, posted, part > 0 ? &first : nullptr, seen);
+    FUZZ_CHECK(problem.empty(), "the sender's own part %d refused: %s", part, problem.c_str());
+    FUZZ_CHECK(!ib::recordProblem(rec, seq, qp, nqps, posted, &rec, seen | 1u << part).empty(), "part %d twice",
+               part);
+    if (part == 0) first = rec;
+    seen |= 1u << part;
+  }
+  FUZZ_CHECK(covered == msgSize, "the parts cover %zu of %llu bytes", covered, (unsigned long long)msgSize);
+
+  // Records as a hostile peer writes them, after the first of a message.
+  for (; size >= sizeof(ib::DoneRecord) + 1; data += sizeof(ib::DoneRecord) + 1, size -= sizeof(ib::DoneRecord) + 1) {
+    ib::DoneRecord rec;
+    std::memcpy(&rec, data, sizeof rec);
+    const int qp = data[sizeof rec] % nqps;
+    if (!ib::recordProblem(rec, seq, qp, nqps, posted, nullptr, 0).empty()) continue;
+    FUZZ_CHECK(rec.seq == seq && rec.size <= posted, "accepted a record of %llu bytes for message %llu",
+               (unsigned long long)rec.size, (unsigned long long)rec.seq);
+    FUZZ_CHECK(rec.nparts >= 1 && rec.nparts <= nqps && rec.part < rec.nparts, "accepted part %u of %u",
+               unsigned(rec.part), unsigned(rec.nparts));
+    FUZZ_CHECK(ib::partQp(seq, rec.part, rec.nparts, nqps) == qp, "accepted a part on queue pair %d", qp);
+  }
+  return 0;
+}

@@ -1,0 +1,52 @@
+// The IB net's checks of what a peer wrote into this end's memory or sent over the control
+// socket, and the split of a message into parts that the checks mirror.
+#include "transport/net/ib/ib_wire.h"
+
+#include "common/status.h"
+
+static_assert(snccl::net::ib::kMaxQps <= 32, "recordProblem keeps a bit per part in 32 bits");
+
+namespace snccl::net::ib {
+
+std::string metaProblem(Meta* m) {
+  m->dev[sizeof m->dev - 1] = '\0';
+  if (m->magic != kMetaMagic || m->version != kMetaVersion)
+    return format("the peer is not an IB net of version %u (magic %08x, version %u)", unsigned(kMetaVersion), m->magic,
+                  unsigned(m->version));
+  if (m->nqps < 1 || m->nqps > kMaxQps) return format("the peer asks for %u queue pairs", unsigned(m->nqps));
+  return {};
+}
+
+int splitParts(size_t size, int nqps, size_t splitBytes, size_t* chunk) {
+  *chunk = size;
+  if (nqps <= 1 || size == 0 || size < splitBytes) return 1;
+  size_t c = (size + size_t(nqps) - 1) / size_t(nqps);
+  c = (c + kPartAlign - 1) / kPartAlign * kPartAlign;
+  *chunk = c;
+  return int((size + c - 1) / c);
+}
+
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int qp, int nqps, size_t posted,
+                          const DoneRecord* first, uint32_t partsSeen) {
+  if (rec.seq != seq)
+    return format("a record of message %llu arrived for message %llu", (unsigned long long)rec.seq,
+                  (unsigned long long)seq);
+  if (rec.size > posted)
+    return format("message %llu has %llu bytes, its receive %zu", (unsigned long long)seq,
+                  (unsigned long long)rec.size, posted);
+  if (rec.nparts < 1 || int(rec.nparts) > nqps || rec.part >= rec.nparts)
+    return format("message %llu: part %u of %u over %d queue pairs", (unsigned long long)seq, unsigned(rec.part),
+                  unsigned(rec.nparts), nqps);
+  if (partQp(seq, rec.part, rec.nparts, nqps) != qp)
+    return format("message %llu: part %u of %u arrived on queue pair %d", (unsigned long long)seq,
+                  unsigned(rec.part), unsigned(rec.nparts), qp);
+  if ((partsSeen >> rec.part & 1) != 0)
+    return format("message %llu: part %u arrived twice", (unsigned long long)seq, unsigned(rec.part));
+  if (first != nullptr && (first->size != rec.size || first->nparts != rec.nparts || first->imm != rec.imm))
+    return format("message %llu: its records disagree (%llu or %llu bytes, %u or %u parts)", (unsigned long long)seq,
+                  (unsigned long long)first->size, (unsigned long long)rec.size, unsigned(first->nparts),
+                  unsigned(rec.nparts));
+  return {};
+}
+
+}  // namespace snccl::net::ib

@@ -1,0 +1,87 @@
+// The IB net's checks of what its peer writes (transport/net/ib/ib_wire.h): each way a
+// record can be wrong is refused with a reason, and every record the sender's own split
+// makes is accepted.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "transport/net/ib/ib_wire.h"
+
+namespace ib = snccl::net::ib;
+
+namespace {
+
+TEST(IbWire, TheSendersOwnRecordsAreAccepted) {
+  for (int nqps : {1, 2, 3, 16})
+    for (size_t size : {size_t(0), size_t(1), size_t(4096), size_t(1 << 20) + 129}) {
+      size_t chunk = 0;
+      const int nparts = ib::splitParts(size, nqps, 65536, &chunk);
+      ASSERT_GE(nparts, 1);
+      ASSERT_LE(nparts, nqps);
+      ib::DoneRecord first{};
+      uint32_t seen = 0;
+      size_t covered = 0;
+      for (int part = 0; part < nparts; ++part) {
+        const ib::DoneRecord rec{41, size, 9, uint16_t(nparts), uint16_t(part), 0};
+        EXPECT_EQ(ib::recordProblem(rec, 41, ib::partQp(41, part, nparts, nqps), nqps, size, part ? &first : nullptr,
+                                    seen),
+                  "")
+            << nqps << " queue pairs, " << size << " bytes, part " << part;
+        if (part == 0) first = rec;
+        seen |= 1u << part;
+        covered += std::min(chunk, size - std::min(size, size_t(part) * chunk));
+      }
+      EXPECT_EQ(covered, size);
+    }
+}
+
+TEST(IbWire, WrongRecordsAreRefused) {
+  const int nqps = 4;
+  const ib::DoneRecord good{7, 1 << 20, 3, 4, 1, 0};  // part 1 of 4 goes on queue pair 1
+  ASSERT_EQ(ib::recordProblem(good, 7, 1, nqps, 1 << 20, nullptr, 0), "");
+  auto refused = [&](ib::DoneRecord rec, int qp, size_t posted, const ib::DoneRecord* first, uint32_t seen,
+                     const char* why) {
+    const std::string p = ib::recordProblem(rec, 7, qp, nqps, posted, first, seen);
+    EXPECT_NE(p.find(why), std::string::npos) << "expected \"" << why << "\", got \"" << p << "\"";
+  };
+  ib::DoneRecord r = good;
+  r.seq = 8;
+  refused(r, 1, 1 << 20, nullptr, 0, "a record of message 8 arrived for message 7");
+  refused(good, 1, (1 << 20) - 1, nullptr, 0, "its receive");
+  r = good;
+  r.nparts = 0;
+  refused(r, 1, 1 << 20, nullptr, 0, "part 1 of 0");
+  r.nparts = 5;  // more parts than queue pairs
+  refused(r, 1, 1 << 20, nullptr, 0, "part 1 of 5");
+  r = good;
+  r.part = 4;
+  refused(r, 1, 1 << 20, nullptr, 0, "part 4 of 4");
+  refused(good, 2, 1 << 20, nullptr, 0, "arrived on queue pair 2");
+  refused(good, 1, 1 << 20, &good, 1u << 1, "part 1 arrived twice");
+  ib::DoneRecord other = good;
+  other.part = 0;
+  other.size = 1000;
+  refused(good, 1, 1 << 20, &other, 1u << 0, "its records disagree");
+  other.size = good.size;
+  other.imm = 4;
+  refused(good, 1, 1 << 20, &other, 1u << 0, "its records disagree");
+}
+
+TEST(IbWire, MetadataOfAnotherKindIsRefusedAndItsNameTerminated) {
+  ib::Meta m{};
+  m.magic = ib::kMetaMagic;
+  m.version = ib::kMetaVersion;
+  m.nqps = 2;
+  std::memset(m.dev, 'x', sizeof m.dev);
+  EXPECT_EQ(ib::metaProblem(&m), "");
+  EXPECT_EQ(std::strlen(m.dev), sizeof m.dev - 1);
+  m.nqps = 0;
+  EXPECT_NE(ib::metaProblem(&m).find("0 queue pairs"), std::string::npos);
+  m.nqps = ib::kMaxQps + 1;
+  EXPECT_NE(ib::metaProblem(&m).find("queue pairs"), std::string::npos);
+  m.nqps = 1;
+  m.version = ib::kMetaVersion + 1;
+  EXPECT_NE(ib::metaProblem(&m).find("not an IB net"), std::string::npos);
+}
+
+}  // namespace
