@@ -7,7 +7,7 @@
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
 # 1.5 minutes more than without); then a ThreadSanitizer build in build-tsan/ runs the tests
-# whose ranks are threads (label tsan, tests/CMakeLists.txt says what it leaves out; about 8
+# whose ranks are threads (label tsan, tests/CMakeLists.txt says what it leaves out; about 10
 # minutes, half of it the build); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
 # each over its seeds and 20 s of fuzzing (scripts/fuzz.sh; about 3 minutes; SKIP without
 # clang). Tests fork processes and spin: at most -j2.
@@ -61,7 +61,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 echo "== ThreadSanitizer build: the tests whose ranks are threads (label tsan)"
 configure build-tsan -DSNCCL_TSAN=ON -DSNCCL_BUILD_BENCHMARKS=OFF -DSNCCL_WITH_TORCH=OFF
-build build-tsan test_smoke test_p2p test_group_timeout test_flight_recorder test_api || fail=1
+build build-tsan test_smoke test_p2p test_group_timeout test_flight_recorder test_api test_collectives || fail=1
 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L '^tsan$' || fail=1
 
 echo "== fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 20 s each"
