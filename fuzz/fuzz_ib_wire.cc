@@ -50,8 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(qp >= 0 && qp < nqps, "part %d on queue pair %d of %d", part, qp, nqps);
     const std::string problem = ib::recordProblem(rec, seq, qp, nqps, posted, part > 0 ? &first : nullptr, seen);
     FUZZ_CHECK(problem.empty(), "the sender's own part %d refused: %s", part, problem.c_str());
-    FUZZ_CHECK(!ib::recordProblem(rec, seq, qp, nqps, posted, &rec, seen | 1u << part).empty(), "part %d twice",
-               part);
+    FUZZ_CHECK(!ib::recordProblem(rec, seq, qp, nqps, posted, &rec, seen | 1u << part).empty(), "part %d twice", part);
     if (part == 0) first = rec;
     seen |= 1u << part;
   }

@@ -23,9 +23,9 @@ TEST(IbWire, TheSendersOwnRecordsAreAccepted) {
       size_t covered = 0;
       for (int part = 0; part < nparts; ++part) {
         const ib::DoneRecord rec{41, size, 9, uint16_t(nparts), uint16_t(part), 0};
-        EXPECT_EQ(ib::recordProblem(rec, 41, ib::partQp(41, part, nparts, nqps), nqps, size, part ? &first : nullptr,
-                                    seen),
-                  "")
+        EXPECT_EQ(
+            ib::recordProblem(rec, 41, ib::partQp(41, part, nparts, nqps), nqps, size, part ? &first : nullptr, seen),
+            "")
             << nqps << " queue pairs, " << size << " bytes, part " << part;
         if (part == 0) first = rec;
         seen |= 1u << part;
