@@ -17,6 +17,7 @@
 
 #include "collectives/checker.h"
 #include "collectives/tuning/selector.h"
+#include "fabric_model.h"
 #include "sim_engine.h"
 #include "sim_svg.h"
 
@@ -84,7 +85,8 @@ int usage(int rc) {
   std::fprintf(rc ? stderr : stdout,
                "usage: sn_sim [--preset NAME] [--nranks N] [--nodes M] [--threads] [--cpus C] [--coll allreduce|broadcast|"
                "reduce|allgather|reducescatter]\n              [-b MINBYTES] [-e MAXBYTES] [--algo NCCL_ALGO-syntax] "
-               "[--max-steps S] [--check] [--csv] [--svg FILE] [--list]\n");
+               "[--max-steps S] [--check] [--csv] [--svg FILE] [--list]\n"
+               "       sn_sim fabric --help   (a flow-level model of a leaf-spine fabric: ECMP, adaptive, multipath)\n");
   return rc;
 }
 
@@ -292,6 +294,7 @@ int writeSvg(const Run& r, const std::vector<sim::Series>& series) {
 
 int main(int argc, char** argv) {
   Options o;
+  if (argc > 1 && std::strcmp(argv[1], "fabric") == 0) return sim::fabric::fabricMain(argc - 1, argv + 1);
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) return usage(0);
   if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {
     for (const Preset& p : kPresets) std::printf("%-15s %s\n", p.name, p.about);
