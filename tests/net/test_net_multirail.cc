@@ -79,7 +79,10 @@ TEST(NetMultirail, TwoNodesStaticEveryCollective) {
 }
 
 // The traffic counters show a connection spread over both rails as two rails, and what
-// the rails carried adds up exactly to the bytes the rings moved between the two ranks.
+// the rails carried adds up to the bytes the rings moved between the two ranks: exactly,
+// but for a sender under adaptive routing, whose rails count every acknowledged copy of a
+// chunk (a chunk sent again after its path looked stalled may arrive twice; the receiver
+// counts the first copy only). A long path timeout makes that unlikely here.
 void countsEachRail(const char* routing) {
   SKIP_UNLESS_NETNS(nodes, 2);
   char dirTemplate[] = "/tmp/snccl-rails-XXXXXX";
@@ -87,6 +90,9 @@ void countsEachRail(const char* routing) {
   const std::string dir = dirTemplate;
   Cluster c = railsCluster(nodes, routing);
   c.env.push_back({"SNCCL_STATS_DIR", dir});
+  for (auto& [k, v] : c.env)
+    if (k == "SNCCL_SOCKET_PATH_TIMEOUT") v = "10000";
+  const bool adaptive = std::string(routing) == "adaptive";
   Outcome o = nettest::runCluster(
       c,
       [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
@@ -124,7 +130,11 @@ void countsEachRail(const char* routing) {
       received += r.recvBytes;
     }
     EXPECT_EQ(names.size(), size_t(kRails)) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
-    EXPECT_EQ(sent, peer.sendBytes) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
+    if (adaptive) {
+      EXPECT_GE(sent, peer.sendBytes) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
+    } else {
+      EXPECT_EQ(sent, peer.sendBytes) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
+    }
     EXPECT_EQ(received, peer.recvBytes) << f << ": " << snccl::traffic::renderTable({rc}, nullptr, 0);
     if (::testing::Test::HasFailure()) std::fprintf(stderr, "%s", snccl::traffic::renderTable({rc}, nullptr, 0).c_str());
   }
