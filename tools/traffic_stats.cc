@@ -43,6 +43,24 @@ std::string xml(const std::string& s) {
   return out;
 }
 
+// One row of the picture at height y: a label, then from x0 a red bar for `out` over a blue
+// one for `in` (`max` fills `width`), each titled with its value, then a note.
+std::string twoBars(int y, int x0, int width, double max, const std::string& label, uint64_t out,
+                    const std::string& outTitle, uint64_t in, const std::string& inTitle, const std::string& note) {
+  std::string s = format("<text x=\"10\" y=\"%d\">%s</text>\n", y + 12, xml(label).c_str());
+  const struct {
+    int dy;
+    const char* fill;
+    uint64_t v;
+    const std::string& title;
+  } bars[] = {{2, "#c0392b", out, outTitle}, {9, "#2c7fb8", in, inTitle}};
+  for (const auto& b : bars)
+    s += format("<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"%s\"><title>%s: %s</title></rect>\n", x0,
+                y + b.dy, std::max(int(double(width) * double(b.v) / max), 1), b.fill, xml(b.title).c_str(),
+                xml(human(double(b.v), "B")).c_str());
+  return s + format("<text x=\"%d\" y=\"%d\">%s</text>\n", x0 + 10 + width, y + 12, xml(note).c_str());
+}
+
 }  // namespace
 
 bool parseCounters(const void* data, size_t size, RankCounters* out, std::string* err) {
@@ -287,18 +305,9 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
       barTop - 14, pairs.size());
   for (size_t k = 0; k < pairs.size(); ++k) {
     const Pair& p = pairs[k];
-    const int y = barTop + int(k) * barRow;
-    const int w1 = int(double(barWidth) * double(p.ab) / maxPair);
-    const int w2 = int(double(barWidth) * double(p.ba) / maxPair);
-    s += format("<text x=\"10\" y=\"%d\">%d - %d</text>\n", y + 12, p.a, p.b);
-    s += format(
-        "<rect x=\"70\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#c0392b\"><title>%d to %d: %s</title></rect>\n",
-        y + 2, std::max(w1, 1), p.a, p.b, xml(human(double(p.ab), "B")).c_str());
-    s += format(
-        "<rect x=\"70\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#2c7fb8\"><title>%d to %d: %s</title></rect>\n",
-        y + 9, std::max(w2, 1), p.b, p.a, xml(human(double(p.ba), "B")).c_str());
-    s += format("<text x=\"%d\" y=\"%d\">%s, %s waiting</text>\n", 80 + barWidth, y + 12,
-                xml(p.link.empty() ? "-" : p.link).c_str(), format("%.3f s", double(p.waitNs) * 1e-9).c_str());
+    s += twoBars(barTop + int(k) * barRow, 70, barWidth, maxPair, format("%d - %d", p.a, p.b), p.ab,
+                 format("%d to %d", p.a, p.b), p.ba, format("%d to %d", p.b, p.a),
+                 format("%s, %.3f s waiting", p.link.empty() ? "-" : p.link.c_str(), double(p.waitNs) * 1e-9));
   }
   if (!railRows.empty())
     s += format(
@@ -307,20 +316,10 @@ std::string renderSvg(const std::vector<RankCounters>& ranks) {
         railTop - 14);
   for (size_t k = 0; k < railRows.size(); ++k) {
     const RailRow& x = railRows[k];
-    const int y = railTop + int(k) * barRow;
-    const int w1 = int(double(barWidth) * double(x.sent) / maxRail);
-    const int w2 = int(double(barWidth) * double(x.received) / maxRail);
-    s += format("<text x=\"10\" y=\"%d\">%d %s</text>\n", y + 12, x.rank, xml(x.name).c_str());
-    s += format(
-        "<rect x=\"110\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#c0392b\"><title>rank %d sent over %s: "
-        "%s</title></rect>\n",
-        y + 2, std::max(w1, 1), x.rank, xml(x.name).c_str(), xml(human(double(x.sent), "B")).c_str());
-    s += format(
-        "<rect x=\"110\" y=\"%d\" width=\"%d\" height=\"7\" fill=\"#2c7fb8\"><title>rank %d received over "
-        "%s: %s</title></rect>\n",
-        y + 9, std::max(w2, 1), x.rank, xml(x.name).c_str(), xml(human(double(x.received), "B")).c_str());
-    s += format("<text x=\"%d\" y=\"%d\">%s out, %s in</text>\n", 120 + barWidth, y + 12,
-                xml(human(double(x.sent), "B")).c_str(), xml(human(double(x.received), "B")).c_str());
+    s += twoBars(railTop + int(k) * barRow, 110, barWidth, maxRail, format("%d %s", x.rank, x.name.c_str()), x.sent,
+                 format("rank %d sent over %s", x.rank, x.name.c_str()), x.received,
+                 format("rank %d received over %s", x.rank, x.name.c_str()),
+                 human(double(x.sent), "B") + " out, " + human(double(x.received), "B") + " in");
   }
   return s + "</svg>\n";
 }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "support/run_tool.h"
 #include "topo_test_util.h"
 #include "topology/affinity.h"
 #include "topology/nccl_xml.h"
@@ -193,14 +194,7 @@ TEST(SnTopo, LiveMachineAndEveryFile) {
 
 // stdout and stderr of sn_topo run with `env` (bounded by timeout(1)).
 std::string toolOutput(const std::string& env, const std::string& args) {
-  std::string cmd = env + " timeout 60 " + std::string(SNCCL_SN_TOPO) + " " + args + " 2>&1";
-  std::string out;
-  if (std::FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    pclose(p);
-  }
-  return out;
+  return sntest::runTool("env " + env + " " + SNCCL_SN_TOPO + " " + args).out;
 }
 
 // NCCL_TOPO_FILE naming a missing file, a FIFO or a file hwloc would crash on: a WARN
