@@ -153,8 +153,7 @@ Result<size_t> SocketListen::frameHello(std::span<const std::byte> got) const {
   Hello h;
   std::memcpy(&h, got.data(), sizeof h);
   // A stranger's bytes: the key decides; a wrong socket number is the peer's error (place()).
-  if (h.magic != sockwire::kMagic || h.nonce != nonce_ || h.version != sockwire::kVersion)
-    return InvalidUsage("%s", sockwire::helloProblem(h, nonce_, nstreams_).c_str());
+  if (!sockwire::helloHasKey(h, nonce_)) return InvalidUsage("%s", sockwire::helloProblem(h, nonce_, nstreams_).c_str());
   return got.size();
 }
 

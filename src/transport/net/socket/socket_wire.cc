@@ -18,7 +18,7 @@ std::string handleProblem(const HandleWire& w) {
 }
 
 std::string helloProblem(const Hello& h, uint64_t nonce, int nstreams) {
-  if (h.magic != kMagic || h.nonce != nonce || h.version != kVersion) return "it did not present this listener's key";
+  if (!helloHasKey(h, nonce)) return "it did not present this listener's key";
   if (h.nstreams != nstreams || h.index > nstreams)
     return format("it announced socket %u of %u, expected %d streams", h.index, h.nstreams, nstreams);
   return {};

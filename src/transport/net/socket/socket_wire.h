@@ -110,8 +110,13 @@ struct Part {
 // version, at most kMaxStreams streams, 1..kMaxRails rails, an adaptive chunk of 4 KiB to
 // 16 MiB); else what is wrong.
 std::string handleProblem(const HandleWire& w);
-// A socket's greeting at a listener of `nonce` and `nstreams` streams: "" when it is this
-// version's, with the nonce, and names one of the nstreams + 1 sockets; else what is wrong.
+// Whether a socket's greeting is this version's and carries the listener's nonce: what
+// tells a peer from a stranger.
+inline bool helloHasKey(const Hello& h, uint64_t nonce) {
+  return h.magic == kMagic && h.nonce == nonce && h.version == kVersion;
+}
+// A socket's greeting at a listener of `nonce` and `nstreams` streams: "" when it has the
+// key and names one of the nstreams + 1 sockets; else what is wrong.
 std::string helloProblem(const Hello& h, uint64_t nonce, int nstreams);
 
 // Splits message number `seq` of `size` bytes over nstreams; writes at most nstreams
