@@ -6,7 +6,9 @@
 // message naming SNCCL_NET_COMPRESS.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -130,6 +132,41 @@ TEST(CompressCodec, ProbeTellsSparseFromRandom) {
     // A corrupt or truncated encoding is refused, never written past the output.
     EXPECT_FALSE(coder.decompress(c, out.data(), n / 2, back.data(), back.size()));
   }
+}
+
+// 8-bit codes of normally distributed values, each block of 256 scaled by its largest
+// magnitude: what sncclAllReduceQuantized puts on the wire for gradients.
+std::vector<char> quantizedInt8(size_t n, uint32_t seed) {
+  std::vector<char> v(n);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> block(256);
+  for (size_t at = 0; at < n; at += block.size()) {
+    float big = 0;
+    for (float& x : block) big = std::max(big, std::fabs(x = d(g)));
+    for (size_t i = 0; i < block.size() && at + i < n; ++i) v[at + i] = char(std::lround(block[i] / big * 127));
+  }
+  return v;
+}
+
+TEST(CompressCodec, ZstdProbeTakesSkewedBytesLz4CannotShrink) {
+  const std::vector<char> q = quantizedInt8(1 << 20, 1);
+  if (compress::haveCodec(Codec::kLz4)) {
+    compress::Coder lz4(CodecConfig{Codec::kLz4, 1});
+    EXPECT_FALSE(lz4.worthCompressing(q.data(), q.size())) << "LZ4 finds no repeats in quantized codes";
+  }
+  if (!compress::haveCodec(Codec::kZstd)) GTEST_SKIP() << "this build has no zstd";
+  compress::Coder zstd(CodecConfig{Codec::kZstd, 1});
+  EXPECT_TRUE(zstd.worthCompressing(q.data(), q.size()));
+  std::vector<char> out(q.size()), back(q.size());
+  const size_t n = zstd.compress(q.data(), q.size(), out.data(), out.size() - 1);
+  ASSERT_GT(n, 0u);
+  EXPECT_LT(double(n), 0.95 * double(q.size())) << "the probe promised at least 5% fewer bytes";
+  ASSERT_TRUE(zstd.decompress(Codec::kZstd, out.data(), n, back.data(), back.size()));
+  EXPECT_EQ(back, q);
+  // Uniform bytes are not skewed: still refused.
+  const std::vector<char> dense = randomBytes(1 << 20, 2);
+  EXPECT_FALSE(zstd.worthCompressing(dense.data(), dense.size()));
 }
 
 TEST(CompressCodec, ParseNamesAndLevels) {

@@ -1,6 +1,8 @@
 // LZ4 and zstd behind Coder (codec.h).
 #include "transport/net/compress/codec.h"
 
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -17,6 +19,19 @@ namespace snccl::net::compress {
 namespace {
 constexpr size_t kSample = 4096;
 constexpr int kSamples = 3;
+// zstd entropy-codes what LZ matching leaves (Huffman, order 0), so for it a sample whose
+// bytes carry at most this many bits each is worth compressing even when LZ4 finds no
+// repeats: 7.6 bits is a 5% saving. Uniform random bytes measure about 7.98 on 12 KiB of
+// samples; 8-bit quantized gradients about 7.4.
+constexpr double kZstdBitsPerByte = 7.6;
+
+// The order-0 entropy of the bytes counted in `hist` (bits per byte).
+double entropyBits(const std::array<uint32_t, 256>& hist, size_t n) {
+  double bits = 0;
+  for (uint32_t c : hist)
+    if (c != 0) bits -= double(c) * std::log2(double(c) / double(n));
+  return n == 0 ? 0 : bits / double(n);
+}
 }  // namespace
 
 const char* codecName(Codec c) {
@@ -130,24 +145,30 @@ bool Coder::decompress(Codec codec, const void* src, size_t n, void* dst, size_t
 }
 
 bool Coder::worthCompressing(const void* src, size_t n) {
-#if SNCCL_HAVE_LZ4
   if (n <= kSample * kSamples) return true;  // small: compressing it all costs no more
+  const auto* bytes = static_cast<const char*>(src);
+  const size_t stride = (n - kSample) / (kSamples - 1);
+#if SNCCL_HAVE_LZ4
   std::vector<char>& out = impl_->sampleOut;
   out.resize(size_t(LZ4_compressBound(int(kSample))));
   size_t in = 0, got = 0;
   for (int s = 0; s < kSamples; ++s) {
-    const size_t at = (n - kSample) / (kSamples - 1) * size_t(s);
-    const int c = LZ4_compress_fast(static_cast<const char*>(src) + at, out.data(), int(kSample), int(out.size()),
+    const int c = LZ4_compress_fast(bytes + stride * size_t(s), out.data(), int(kSample), int(out.size()),
                                     /*acceleration=*/8);
     in += kSample;
     got += c > 0 ? size_t(c) : kSample;
   }
-  return got * 8 <= in * 7;
+  if (got * 8 <= in * 7) return true;
+  if (cfg_.codec != Codec::kZstd) return false;
 #else
-  (void)src;
-  (void)n;
-  return true;  // no cheap probe: let the codec decide by the size it reaches
+  if (cfg_.codec != Codec::kZstd) return true;  // no cheap probe: the codec decides by the size it reaches
 #endif
+  std::array<uint32_t, 256> hist{};
+  for (int s = 0; s < kSamples; ++s) {
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes + stride * size_t(s));
+    for (size_t i = 0; i < kSample; ++i) ++hist[p[i]];
+  }
+  return entropyBits(hist, kSample * kSamples) <= kZstdBitsPerByte;
 }
 
 }  // namespace snccl::net::compress
