@@ -53,6 +53,7 @@ struct Options {
   bool streamNull = false;
   bool cpuTime = false;
   bool timestamps = false;
+  bool perIterTiming = false;  // -I 1: time every call on its own and report percentiles
   bool memReport = false;
   std::string jsonFile;
   std::vector<ncclDataType_t> types{ncclFloat32};

@@ -51,6 +51,8 @@ void usage(const char* prog) {
       "  [-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n"
       "  [-R,--local_register <0/1/2> (1: ncclCommRegister, 2: symmetric window)]\n"
       "  [-J,--output_file <JSON report file>] [-u,--unalign <elements>] [-M,--memory <0/1>]\n"
+      "  [-I,--per_iter_timing <0/1> time each call after a barrier; a line per size gives the\n"
+      "   median, 99th percentile and largest time per call of the slowest rank]\n"
       "  [-A,--alloc <memalloc/malloc/memalign> buffers from ncclMemAlloc (default), malloc, or\n"
       "   posix_memalign to 64 bytes]\n"
       "  [-h,--help]\n"
@@ -147,10 +149,10 @@ int applyFlag(int c, const char* arg, const char* prog, Options* o) {
     case 'D': return refuseDevice(prog, c, arg, "device implementation");
     case 'x': return refuseDevice(prog, c, arg, "CTA policy");
     case 'V': return refuseDevice(prog, c, arg, "device CTA count");
-    case 'I':
+    case 'I': ok = parseBool(arg, &o->perIterTiming); break;
     case 'K':
       if (parseInt(arg, 0, 0, &v)) return -1;
-      std::fprintf(stderr, "%s: -%c (per-iteration timing) is not implemented\n", prog, c);
+      std::fprintf(stderr, "%s: -%c (skipping the first timed iterations) is not implemented\n", prog, c);
       return kNotImplemented;
     case 'h': usage(prog); return kOk;
     default: usage(prog); return kInvalidUsage;

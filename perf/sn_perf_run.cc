@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "sn_perf_data.h"
 #include "sn_perf_run.h"
@@ -237,9 +239,23 @@ double clockUs(bool cpu) {
   return double(ts.tv_sec) * 1e6 + double(ts.tv_nsec) * 1e-3;
 }
 
-// Microseconds per operation over the timed iterations (-n x -m).
+// Microseconds per operation over the timed iterations (-n x -m). With -I 1 every
+// iteration starts after a barrier and its time lands in the thread's iterUs.
 double timeHalf(Ctx& c, const Counts& k, bool inPlace) {
   const Options& o = c.job.opt;
+  if (o.perIterTiming) {
+    std::vector<double>& times = c.job.iterUs[size_t(c.t)];
+    times.clear();
+    double sum = 0;
+    for (int i = 0; i < o.iters; ++i) {
+      syncAll(c);
+      const double t0 = clockUs(o.cpuTime);
+      launch(c, k, inPlace, o.aggIters);
+      times.push_back((clockUs(o.cpuTime) - t0) / o.aggIters);
+      sum += times.back();
+    }
+    return sum / o.iters;
+  }
   syncAll(c);
   const double t0 = clockUs(o.cpuTime);
   for (int i = 0; i < o.iters; ++i) {
@@ -326,6 +342,38 @@ HalfResult aggregate(Ctx& c, const Counts& k, double timeUs, uint64_t wrong) {
   return h;
 }
 
+// -I 1: each call's time is that of its slowest rank (threads, then processes); the
+// median, 99th percentile (nearest rank) and largest over the timed calls.
+struct IterStats {
+  double p50 = 0, p99 = 0, max = 0;
+};
+IterStats iterStats(Ctx& c) {
+  Job& job = c.job;
+  job.bar.arrive_and_wait();
+  IterStats st;
+  if (c.t != 0) {
+    job.bar.arrive_and_wait();  // thread 0 reads every thread's times first
+    return st;
+  }
+  const size_t n = size_t(job.opt.iters);
+  std::vector<double> mine(n, 0.0);
+  for (const std::vector<double>& times : job.iterUs)
+    for (size_t i = 0; i < n && i < times.size(); ++i) mine[i] = std::max(mine[i], times[i]);
+  job.bar.arrive_and_wait();
+  std::vector<double> all(n * size_t(job.nProcs));
+  if (!job.coord.allGather(mine.data(), n * sizeof(double), all.data()))
+    failInternal(job, "per-call time exchange failed", __FILE__, __LINE__);
+  std::vector<double> slowest(n, 0.0);
+  for (int p = 0; p < job.nProcs; ++p)
+    for (size_t i = 0; i < n; ++i) slowest[i] = std::max(slowest[i], all[size_t(p) * n + i]);
+  std::sort(slowest.begin(), slowest.end());
+  auto rank = [&](double q) { return slowest[std::min(n - 1, size_t(std::ceil(q * double(n))) - 1)]; };
+  st.p50 = rank(0.5);
+  st.p99 = rank(0.99);
+  st.max = slowest.back();
+  return st;
+}
+
 void progress(Job& job, const RowResult& row, size_t total) {
   using clock = std::chrono::steady_clock;
   static const clock::time_point start = clock::now();
@@ -351,14 +399,20 @@ void runSize(Ctx& c, size_t bytes, uint64_t seed, size_t totalRows) {
   row.redop = job.coll.reduces ? opKindName(c.op) : "none";
   row.root = c.root;
   if (c.t == 0) job.report.startRow(row);
+  IterStats calls[2];
   for (int inPlace = 0; inPlace < 2; ++inPlace) {
     const double us = timeHalf(c, k, inPlace);
+    if (job.opt.perIterTiming) calls[inPlace] = iterStats(c);
     const uint64_t wrong = job.opt.check > 0 ? validate(c, k, inPlace, seed * 2 + uint64_t(inPlace)) : 0;
     HalfResult h = aggregate(c, k, us, wrong);
     if (c.t == 0) job.report.addHalf(inPlace, h);
   }
   if (c.t == 0) {
     job.report.endRow();
+    if (job.opt.perIterTiming && job.proc == 0)
+      std::printf("#  per call (us), slowest rank: out-of-place p50 %.1f p99 %.1f max %.1f; "
+                  "in-place p50 %.1f p99 %.1f max %.1f\n",
+                  calls[0].p50, calls[0].p99, calls[0].max, calls[1].p50, calls[1].p99, calls[1].max);
     progress(job, row, totalRows);
   }
 }

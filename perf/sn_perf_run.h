@@ -55,7 +55,7 @@ struct ThreadSlot {
 
 struct Job {
   Job(const Options& o, const CollDesc& c, Coordinator& co, Report& r, Watchdog& d, int threads)
-      : opt(o), coll(c), coord(co), report(r), dog(d), bar(threads), slots(threads) {}
+      : opt(o), coll(c), coord(co), report(r), dog(d), bar(threads), slots(threads), iterUs(threads) {}
 
   const Options& opt;
   const CollDesc& coll;
@@ -71,6 +71,7 @@ struct Job {
   ncclUniqueId id{};
   std::barrier<> bar;
   std::vector<ThreadSlot> slots;
+  std::vector<std::vector<double>> iterUs;  // -I 1: each thread's time per timed call
   bool injectWrong = false;  // SNCCL_PERF_INJECT_WRONG: the test suite's corruption hook
   double progressSec = 10;   // SNCCL_PERF_PROGRESS: seconds between progress lines, 0 = never
   uint64_t localErrorResults = 0;  // results with wrong data on this process's ranks

@@ -117,7 +117,8 @@ def check_output(text, prog, nranks, coll, nthreads=None, ngpus=None, check=True
     i += 4
     rows = []
     while i < len(lines) and not lines[i].startswith("# Out of bounds values"):
-        rows.append(parse_row(lines[i], text))
+        if not lines[i].startswith("#  per call (us)"):  # -I 1 follows each row with one
+            rows.append(parse_row(lines[i], text))
         i += 1
     expect(len(rows) > 0, "no rows", text)
     expect(i + 4 == len(lines), "footer is not the last four lines", text)
@@ -248,9 +249,16 @@ def case_options(a):
     expect(rc == 0 and re.search(r"\s+0  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n", out), "-S adds a timestamp", out)
     for flags, code, msg in ((["-G", "1"], 6, "needs CUDA"), (["-D", "1"], 6, "needs CUDA"), (["-x", "1"], 6, "CUDA"),
                              (["-V", "8"], 6, "CUDA"), (["-d", "float17"], 6, "invalid value"),
-                             (["-b", "2K", "-e", "1K"], 6, "invalid sizes"), (["-I", "1"], 5, "not implemented")):
+                             (["-b", "2K", "-e", "1K"], 6, "invalid sizes"), (["-K", "1"], 5, "not implemented")):
         rc, out, err = run([ar] + flags)
         expect(rc == code and msg in err, "%s: exit %d (want %d), stderr %r" % (flags, rc, code, err))
+    rc, out, err = run([ar] + SMALL + ["-I", "1", "-n", "7"])
+    calls = re.findall(r"#  per call \(us\), slowest rank: out-of-place p50 ([\d.]+) p99 ([\d.]+) max ([\d.]+); "
+                       r"in-place p50 ([\d.]+) p99 ([\d.]+) max ([\d.]+)\n", out)
+    rows, _ = check_output(out, "sn_allreduce_perf", 1, "allreduce") if rc == 0 else ([], None)
+    expect(rc == 0 and len(calls) == len(rows) > 0 and
+           all(0 < float(c[0]) <= float(c[1]) <= float(c[2]) and 0 < float(c[3]) <= float(c[4]) <= float(c[5])
+               for c in calls), "-I 1 adds per-call percentiles to each row", out)
     rc, out, err = run([tool(a.bindir, "broadcast"), "-r", "3", "-t", "2"])
     expect(rc == 6 and "invalid root" in err, "root out of range", err)
     rc, out, err = run([tool(a.bindir, "hypercube"), "-t", "3"] + SMALL)

@@ -285,7 +285,7 @@ TEST(PerfArgs, RefusesWhatHostMemoryCannotDo) {
   EXPECT_EQ(parse({"-D", "1"}, &o), kInvalidUsage);
   EXPECT_EQ(parse({"-x", "1"}, &o), kInvalidUsage);
   EXPECT_EQ(parse({"-V", "16"}, &o), kInvalidUsage);
-  EXPECT_EQ(parse({"-I", "1"}, &o), kNotImplemented);
+  EXPECT_EQ(parse({"-K", "1"}, &o), kNotImplemented);
   EXPECT_EQ(parse({"-d", "float17"}, &o), kInvalidUsage);
   EXPECT_EQ(parse({"-o", "xor"}, &o), kInvalidUsage);
   EXPECT_EQ(parse({"-b", "2K", "-e", "1K"}, &o), kInvalidUsage);
