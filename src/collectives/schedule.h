@@ -140,6 +140,9 @@ struct CollArgs {
   bool inPlace = false;    // input and output alias as NCCL defines in-place
   // Channels the data is split across (channels.h); generators themselves see 1.
   int channels = 1;
+  // Incast control of AlltoAll and Gather (p2p/incast.h): the most peers a receiving rank
+  // lets send to it at once, each after a grant on channel kGrantChannel; 0: no limit.
+  int incastSenders = 0;
 };
 
 // The most channels one call uses (connections per peer and direction).

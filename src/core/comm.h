@@ -151,6 +151,10 @@ struct CommConnections {
   uint32_t slotBytes = 0;
   // The NIC the planner picks for this rank (net/net_device.h), set at init.
   net::NicHint nic;
+  // Incast control of AlltoAll and Gather (collectives/p2p/incast.h): the most senders a
+  // rank grants at once for blocks of at least incastMinBytes; 0 unless ranks span nodes.
+  int incastSenders = 0;
+  size_t incastMinBytes = 0;
   // Some receive connection takes plans (Connection::planRecvs: the net's); until then the
   // executor skips planning, which costs a lookup per connection and operation.
   std::atomic<bool> plansRecvs{false};

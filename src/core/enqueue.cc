@@ -127,7 +127,8 @@ Result<std::shared_ptr<const PreparedSchedule>> cachedSchedule(ncclComm* comm, c
   a.channels = pick.channels;
   for (const ScheduleCacheEntry& e : comm->caches.schedules)
     if (e.alg == alg && e.args.coll == a.coll && e.args.count == a.count && e.args.root == a.root &&
-        e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace && e.args.channels == a.channels)
+        e.args.chunkElems == a.chunkElems && e.args.inPlace == a.inPlace && e.args.channels == a.channels &&
+        e.args.incastSenders == a.incastSenders)
       return e.prep;
   auto prep = std::make_shared<PreparedSchedule>();
   SNCCL_TRY(generateSchedule(*alg, a, comm->peers.plan, &prep->sched));
@@ -211,10 +212,15 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   args.root = isRooted(p.coll) ? p.root : 0;
   args.chunkElems = comm->conns.slotBytes / e->elemSize;
   args.inPlace = inPlace(p, comm->rank, e->elemSize);
+  // Incast control: the same on every rank (the settings must match; the size is the call's).
+  if ((p.coll == CollKind::kAlltoAll || p.coll == CollKind::kGather) &&
+      p.count * e->elemSize >= comm->conns.incastMinBytes)
+    args.incastSenders = comm->conns.incastSenders;
   const CollArgs& q = e->request;
   bool same = e->prep != nullptr && e->requestElemSize == e->elemSize && q.coll == args.coll &&
               q.count == args.count && q.root == args.root && q.chunkElems == args.chunkElems &&
-              q.inPlace == args.inPlace && q.rank == args.rank && q.nranks == args.nranks;
+              q.inPlace == args.inPlace && q.rank == args.rank && q.nranks == args.nranks &&
+              q.incastSenders == args.incastSenders;
   if (!same) {
     e->requestElemSize = 0;  // until the new schedule is in place
     SNCCL_TRY(chooseSchedules(comm, args, e->elemSize, e));

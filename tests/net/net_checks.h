@@ -139,6 +139,40 @@ class Checker {
     return true;
   }
 
+  // AlltoAll of `count` elements of `esz` bytes (type dt) per peer, in or out of place;
+  // each byte names its sender, receiver and position.
+  bool alltoallBytes(size_t count, ncclDataType_t dt, size_t esz, bool inPlace) {
+    const size_t block = count * esz;
+    std::vector<uint8_t> in(block * size_t(n_)), out(block * size_t(n_), 0xee);
+    for (int p = 0; p < n_; ++p)
+      for (size_t i = 0; i < block; ++i) in[size_t(p) * block + i] = pattern(rank_, p, i);
+    uint8_t* dst = inPlace ? in.data() : out.data();
+    if (!ok(ncclAlltoAll(in.data(), dst, count, dt, comm_, nullptr), inPlace ? "alltoall in place" : "alltoall", count))
+      return false;
+    for (int p = 0; p < n_; ++p)
+      for (size_t i = 0; i < block; ++i)
+        if (dst[size_t(p) * block + i] != pattern(p, rank_, i))
+          return bad("alltoall", count, size_t(p) * block + i, dst[size_t(p) * block + i], pattern(p, rank_, i));
+    return true;
+  }
+
+  // Gather of `count` elements of `esz` bytes to `root`, in place (the root's input at its
+  // own block of the output) or not.
+  bool gatherBytes(size_t count, ncclDataType_t dt, size_t esz, int root, bool inPlace) {
+    const size_t block = count * esz;
+    std::vector<uint8_t> in(block), out(block * size_t(n_), 0xee);
+    uint8_t* src = inPlace && rank_ == root ? out.data() + size_t(root) * block : in.data();
+    for (size_t i = 0; i < block; ++i) src[i] = pattern(rank_, root, i);
+    if (!ok(ncclGather(src, out.data(), count, dt, root, comm_, nullptr), inPlace ? "gather in place" : "gather", count))
+      return false;
+    if (rank_ != root) return true;
+    for (int p = 0; p < n_; ++p)
+      for (size_t i = 0; i < block; ++i)
+        if (out[size_t(p) * block + i] != pattern(p, root, i))
+          return bad("gather", count, size_t(p) * block + i, out[size_t(p) * block + i], pattern(p, root, i));
+    return true;
+  }
+
   // Every rank sends to rank+1 and receives from rank-1 in one group.
   bool sendRecvRing(size_t count) {
     int next = (rank_ + 1) % n_, prev = (rank_ + n_ - 1) % n_;
@@ -155,6 +189,7 @@ class Checker {
   }
 
  private:
+  static uint8_t pattern(int from, int to, size_t i) { return uint8_t(from * 37 + to * 11 + i * 7 + i / 251); }
   bool ok(ncclResult_t res, const char* what, size_t count) {
     if (res == ncclSuccess) return true;
     err_ = std::string(what) + " of " + std::to_string(count) + " elements: " + ncclGetErrorString(res) + ": " +

@@ -346,6 +346,46 @@ TEST(NetRanks, LogsTransportAndHonoursNcclStreamNames) {
   EXPECT_NE(all.find("congestion control reno"), std::string::npos) << all;
 }
 
+// AlltoAll and Gather over zero, one, odd and large counts, three element sizes (int8
+// unaligned), in and out of place, every root.
+nettest::Body checkAlltoAllAndGather() {
+  return [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+    nettest::Checker c(comm, rank, n);
+    bool ok = true;
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1031), size_t(200003)})
+      for (const auto& [dt, esz] : std::vector<std::pair<ncclDataType_t, size_t>>{
+               {ncclInt8, 1}, {ncclFloat32, 4}, {ncclFloat64, 8}})
+        for (bool inPlace : {false, true}) {
+          ok = ok && c.alltoallBytes(count, dt, esz, inPlace);
+          for (int root = 0; root < n && ok; ++root) ok = c.gatherBytes(count, dt, esz, root, inPlace);
+        }
+    nettest::report(sh, rank, ok ? 0 : 1, c.error());
+    return ok;
+  };
+}
+
+// Incast control (SNCCL_INCAST_SENDERS) across nodes: the grants travel on channel 1,
+// which these collectives use for nothing else, so its connections show that they ran.
+// One rank per node at 5 nodes with one sender at a time; 3 nodes of 2 ranks (shm inside
+// a node, the net between) with two; and without the setting, no grants.
+TEST(NetRanks, IncastGrantsKeepAlltoAllAndGatherExact) {
+  struct Run {
+    int nranks, perNode;
+    const char* limit;
+  };
+  for (const Run& r : {Run{5, 1, "1"}, Run{6, 2, "2"}, Run{5, 1, nullptr}}) {
+    Cluster c = loopback(r.nranks, r.perNode);
+    if (r.limit != nullptr) {
+      c.env.push_back({"SNCCL_INCAST_SENDERS", r.limit});
+      c.env.push_back({"SNCCL_INCAST_MIN_BYTES", "0"});
+    }
+    const std::string all = runLogged(c, "INIT,NET", checkAlltoAllAndGather());
+    const bool grants = all.find("Channel 01") != std::string::npos;
+    EXPECT_EQ(grants, r.limit != nullptr) << r.nranks << " ranks, SNCCL_INCAST_SENDERS="
+                                          << (r.limit ? r.limit : "(unset)");
+  }
+}
+
 // Every stream count the parameters document works across nodes: 16 and 64 streams
 // (plus the control socket) arrive at the listener at once, before any of them greets.
 TEST(NetRanks, ManyStreamsPerConnectionWork) {

@@ -10,6 +10,12 @@
 // (appendChunked with the same count). In place (Gather: the root's input == out +
 // root*count; Scatter: its output == in + root*count) the root's own block is already in
 // place; otherwise the root copies it.
+//
+// Gather under incast control (p2p/incast.h): the root receives on K = incastSenders
+// lanes, each granting the peers root+1, root+2, ... in turn (lane j takes every K-th) and
+// receiving each one's whole block before granting the next; a peer waits for its grant
+// before sending. Scatter has one sender and needs none.
+#include "collectives/p2p/incast.h"
 #include "collectives/sched_util.h"
 
 namespace snccl {
@@ -34,19 +40,25 @@ Status rootedExchange(const CollArgs& a, const ChannelPlan& plan, Schedule* out,
     return OkStatus();
   }
   const size_t chunks = ceilDiv(a.count, a.chunkElems);
+  const bool granted = gather && incastLimited(a, n - 1);
   if (!isRoot) {  // Gather: send my input to the root; Scatter: receive my block from it
+    if (granted) out->bufs.push_back({BufRole::kScratch, 1});
     std::vector<Step>* steps = &out->lanes[addLane(out, &used)].steps;
-    steps->reserve(chunks);
+    steps->reserve(chunks + 1);
+    if (granted) steps->push_back(mkAwaitGrant(root, scratchRef(0)));
     appendChunked(steps, gather, root, gather ? inRef(0) : outRef(0), a.count, a.chunkElems);
     finishLanes(out, used);
     return OkStatus();
   }
-  out->lanes.reserve(static_cast<size_t>(n));
+  const size_t lanes = granted ? static_cast<size_t>(a.incastSenders) : static_cast<size_t>(n - 1);
+  out->lanes.reserve(lanes + 1);
+  for (size_t j = 0; j < lanes; ++j) addLane(out, &used);
   for (int i = 1; i < n; ++i) {
     const int peer = (root + i) % n;
     const size_t block = static_cast<size_t>(peer) * a.count;
-    std::vector<Step>* steps = &out->lanes[addLane(out, &used)].steps;
-    steps->reserve(chunks);
+    std::vector<Step>* steps = &out->lanes[static_cast<size_t>(i - 1) % lanes].steps;
+    steps->reserve(steps->size() + chunks + 1);
+    if (granted) steps->push_back(mkGrant(peer, inRef(0)));
     appendChunked(steps, !gather, peer, gather ? outRef(block) : inRef(block), a.count, a.chunkElems);
   }
   if (!a.inPlace) {
