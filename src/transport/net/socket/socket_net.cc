@@ -11,6 +11,7 @@
 #include "common/params.h"
 #include "common/socket.h"
 #include "transport/net/socket/multipath_conn.h"
+#include "transport/net/socket/rail_order.h"
 #include "transport/net/socket/socket_conn.h"
 #include "transport/net/socket/socket_link.h"
 #include "transport/net/socket/socket_setup.h"
@@ -132,13 +133,34 @@ void setStage(Handle* h, Connector* c) {
   std::memcpy(h->bytes.data() + kStageOffset + 8, &c, sizeof c);
 }
 
+// The rails: what SNCCL_SOCKET_IFNAME matched, NICs on this process's NUMA nodes first
+// (rail_order.h), at most maxRails of them; `where` gets each rail's NUMA node and class.
+std::vector<sock::Interface> orderRails(const std::vector<sock::Interface>& found, size_t maxRails,
+                                        std::vector<std::pair<int, RailLocality>>* where) {
+  std::vector<int> local;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) local = numaNodesOf("/sys", mask);
+  std::vector<int> nodes;
+  for (const sock::Interface& i : found) nodes.push_back(nicNumaNode("/sys", i.name));
+  std::vector<sock::Interface> rails;
+  for (size_t k : localityOrder(nodes, local)) {
+    if (rails.size() == maxRails) break;
+    rails.push_back(found[k]);
+    where->push_back({nodes[k], railLocality(nodes[k], local)});
+  }
+  return rails;
+}
+
 class SocketNet : public Net {
  public:
   const char* name() const override { return "Socket"; }
 
   Status init() override {
     const size_t maxRails = size_t(params::getIntClamped(params::Id::SocketRails, 1, sockwire::kMaxRails));
-    SNCCL_ASSIGN_OR_RETURN(rails_, sock::chooseLocalInterfaces(maxRails));
+    SNCCL_ASSIGN_OR_RETURN(const std::vector<sock::Interface> found, sock::chooseLocalInterfaces(SIZE_MAX));
+    std::vector<std::pair<int, RailLocality>> where;
+    rails_ = orderRails(found, maxRails, &where);
     iface_ = rails_[0];
     nstreams_ = socketStreamsFromParams(params::getIntClamped(params::Id::SocketNthreads, 1, 16),
                                         params::getIntClamped(params::Id::NsocksPerThread, 1, sockwire::kMaxStreams));
@@ -156,8 +178,12 @@ class SocketNet : public Net {
     mpConfig_.chunkBytes = size_t(params::getIntClamped(params::Id::SocketChunkSize, 4096, 16 << 20));
     mpConfig_.stallMs = int(params::getIntClamped(params::Id::SocketPathTimeout, 100, 600000));
     std::string names;
-    for (size_t k = 0; k < rails_.size(); ++k)
+    for (size_t k = 0; k < rails_.size(); ++k) {
       names += format("%s[%zu]%s:%s", k > 0 ? " " : "", k, rails_[k].name.c_str(), rails_[k].addr.hostString().c_str());
+      if (where[k].first >= 0) names += format(" (NUMA %d, %s)", where[k].first, railLocalityName(where[k].second));
+    }
+    if (found.size() > rails_.size())
+      names += format(" (%zu more match; SNCCL_SOCKET_RAILS=%zu)", found.size() - rails_.size(), maxRails);
     SN_INFO(log::kNet | log::kInit, "NET/Socket : Using %s, %d streams per rail, %s routing, congestion control %s",
             names.c_str(), nstreams_, adaptive_ ? "adaptive" : "static",
             tuning_.congestion.empty() ? "(system default)" : tuning_.congestion.c_str());
