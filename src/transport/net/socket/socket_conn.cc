@@ -91,6 +91,11 @@ Status Conn::fail(Status s) {
   return error_;
 }
 
+Status Conn::failSocket(Status s) {
+  if (error_.ok() && !ctrlEof_) (void)readCtrl();  // an ABORT waiting there fails the Conn first
+  return fail(std::move(s));
+}
+
 // Assigns the parts of the message just framed (or matched) to the streams.
 void Conn::addParts(SockRequest* r, size_t size) {
   sockwire::Part parts[sockwire::kMaxStreams];
@@ -232,7 +237,7 @@ Status Conn::flushCtrl() {
     Result<size_t> k = sendSome(ctrl_, out_.data() + outOff_, out_.size() - outOff_);
     if (!k.ok()) {
       // A peer that said goodbye may already be gone; what we still had to say is moot.
-      if (!peerBye_) return fail(k.status());
+      if (!peerBye_) return failSocket(k.status());
       out_.clear();
       outOff_ = 0;
       return OkStatus();
@@ -365,10 +370,10 @@ Status Conn::pumpStream(int index) {
                                : recvSome(st.sock, t.ptr + t.done, t.len - t.done, &eof);
     if (!k.ok()) {
       Status s = k.status();
-      return fail(s.addContext(format("data stream %d", index)));
+      return failSocket(s.addContext(format("data stream %d", index)));
     }
     if (eof)
-      return fail(RemoteError("data stream %d from %s closed in the middle of a message (%zu of %zu bytes of "
+      return failSocket(RemoteError("data stream %d from %s closed in the middle of a message (%zu of %zu bytes of "
                               "its part received)",
                               index, st.sock.peer().toString().c_str(), t.done, t.len));
     if (k.value() == 0) return OkStatus();

@@ -139,6 +139,11 @@ class Conn {
   // true if it queued any.
   bool releaseCredits();
   Status fail(Status s);
+  // A socket to the peer failed with `s`. A peer that failed first sent an ABORT on the
+  // control socket before it closed, and its sockets' reset can reach this end first: the
+  // control socket is read once more (without blocking), so that its ABORT, which names
+  // where the failure started (peerAbortCode), wins over this socket's reset.
+  Status failSocket(Status s);
   void queueFrame(const sockwire::Frame& f, const void* payload, size_t n);
   void addParts(SockRequest* r, size_t size);
   SockRequest* allocRequest();
