@@ -141,6 +141,19 @@ def test_recurring_tensor_registration(register, tmp_path):
         assert "single copy" not in text, text[-3000:]
 
 
+def test_even_all_to_all_is_one_library_collective(tmp_path):
+    """all_to_all_single with equal splits calls ncclAlltoAll, so the library schedules it as
+    one collective (its incast control included); uneven splits stay grouped sends and
+    receives. The selector logs each collective it picks an algorithm for (TUNING)."""
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING", "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%p")}
+    codes, results, logs = run_ranks("alltoall_worker.py", 3, timeout=90, env=env)
+    for r in range(3):
+        assert codes[r] == 0 and results[r], f"rank {r}:\n{logs[r][-4000:]}"
+        assert results[r]["checks"] == {"even": "ok", "uneven": "ok"}, results[r]["checks"]
+    text = "".join(p.read_text() for p in tmp_path.glob("nccl.*"))
+    assert "AlltoAll 120 bytes -> p2p" in text, text[-3000:]
+
+
 def test_quantized_hook_trains_like_plain_allreduce():
     """snccl_torch.quantized_allreduce_hook (docs/compression.md): replicas stay identical
     (every rank gets the same bits), and with error feedback the model's held-out loss is at

@@ -181,6 +181,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSnccl::alltoall_base(
   }
   TORCH_CHECK(inOff[rank_ + 1] - inOff[rank_] == outOff[rank_ + 1] - outOff[rank_],
               "snccl backend: all_to_all own split sizes differ");
+  // Every block the same size both ways: one ncclAlltoAll, which the library schedules as a
+  // whole (incast control across nodes included), instead of a group of sends and receives.
+  bool even = api_.AlltoAll != nullptr;
+  for (int r = 0; r < size_ && even; ++r)
+    even = inOff[r + 1] - inOff[r] == inOff[1] && outOff[r + 1] - outOff[r] == inOff[1];
+  if (even) {
+    return launch(op, [&](ncclComm_t comm) {
+      check(api_.AlltoAll(in.data_ptr(), out.data_ptr(), inOff[1], ncclUint8, comm, asCuda(stream_)),
+            "ncclAlltoAll");
+    });
+  }
   // own part: a local copy at the end (before the copy back of a non-contiguous output)
   size_t selfBytes = inOff[rank_ + 1] - inOff[rank_];
   if (selfBytes) {

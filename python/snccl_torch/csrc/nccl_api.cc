@@ -82,6 +82,7 @@ Loaded doLoad() {
             sym(h, "ncclReduce", &a.Reduce, true, e) &&
             sym(h, "ncclAllGather", &a.AllGather, true, e) &&
             sym(h, "ncclReduceScatter", &a.ReduceScatter, true, e) &&
+            sym(h, "ncclAlltoAll", &a.AlltoAll, false, e) &&
             sym(h, "ncclSend", &a.Send, true, e) && sym(h, "ncclRecv", &a.Recv, true, e) &&
             sym(h, "ncclRedOpCreatePreMulSum", &a.RedOpCreatePreMulSum, false, e) &&
             sym(h, "ncclRedOpDestroy", &a.RedOpDestroy, false, e) &&
