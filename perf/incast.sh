@@ -106,12 +106,7 @@ for round in $(seq "$rounds"); do
       /^#  per call \(us\)/ { print k, size * (n - 1) / n / $9, $9, $11, $13 + 0 }' >> "$out"
   done
 done
-awk -v settings="$settings" '
-  function median(list,   a, n, i, j, t) {
-    n = split(list, a, " ")
-    for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return a[int((n + 1) / 2)]
-  }
+awk -v settings="$settings" -f "$ROOT/perf/median.awk" -f /dev/stdin "$out" <<'AWK'
   { bw[$1] = bw[$1] " " $2; p50[$1] = p50[$1] " " $3; p99[$1] = p99[$1] " " $4; mx[$1] = mx[$1] " " $5 }
   END {
     printf "| SNCCL_INCAST_SENDERS | busbw at p50 (MB/s) | per call p50 (ms) | p99 (ms) | max (ms) |\n|---|---|---|---|---|\n"
@@ -119,4 +114,5 @@ awk -v settings="$settings" '
     for (i = 1; i <= n; ++i)
       printf "| %s | %.1f | %.1f | %.1f | %.1f |\n", s[i], median(bw[s[i]]), median(p50[s[i]]) / 1000,
              median(p99[s[i]]) / 1000, median(mx[s[i]]) / 1000
-  }' "$out"
+  }
+AWK

@@ -53,12 +53,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "$ROOT/perf/netns_pair.sh" "${shape[@]}" -t 1800 "$(run "")" "$(run ">/dev/null")" | tee "$out"
 # Columns of a tagged line: setting, size, kind, time(us), speedup, sent/call(B), fewer, max err.
-awk -v codec="$codec" '
-  function median(list,   a, n, i, j, t) {
-    n = split(list, a, " ")
-    for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return a[int((n + 1) / 2)]
-  }
+awk -v codec="$codec" -f "$ROOT/perf/median.awk" -f /dev/stdin "$out" <<'AWK'
   $1 == "none" || $1 == codec { key = $1 " " $2 " " $3; if (!(key in t)) order[++nk] = key
                                 t[key] = t[key] " " $4; b[key] = b[key] " " $6 }
   END {
@@ -70,4 +65,5 @@ awk -v codec="$codec" '
       tm = median(t[order[k]]); bm = median(b[order[k]]); tr = median(t[ref]); br = median(b[ref])
       printf "  %7s %12s %10s %12.0f %7.2fx %14.0f %8.1f%%\n", f[1], f[2], f[3], tm, tr / tm, bm, 100 * (1 - bm / br)
     }
-  }' "$out"
+  }
+AWK

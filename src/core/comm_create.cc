@@ -183,8 +183,8 @@ Status planConnections(ncclComm* comm) {
   const bool spansNodes = comm->peers.localRanks < comm->nranks;
   // Ranks on one node use the net only with shm disabled: no topology lookup for them
   // (their channels take the plugin's devices in turn).
-  if (spansNodes) comm->conns.nic = planNic(comm->peers.info[comm->rank]);
   if (spansNodes) {
+    comm->conns.nic = planNic(comm->peers.info[comm->rank]);
     comm->conns.incastSenders = int(params::getIntClamped(params::Id::IncastSenders, 0, INT32_MAX));
     comm->conns.incastMinBytes = size_t(params::getIntClamped(params::Id::IncastMinBytes, 0, INT64_MAX));
   }

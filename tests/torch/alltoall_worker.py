@@ -5,13 +5,13 @@ the library's INFO log (TUNING) goes to NCCL_DEBUG_FILE."""
 import json
 import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 import snccl_torch  # noqa: F401  registers "snccl"
+from checks import checker
 
 OUT = sys.argv[1]
 RANK = int(os.environ["RANK"])
@@ -19,14 +19,7 @@ WORLD = int(os.environ["WORLD_SIZE"])
 
 dist.init_process_group("snccl", timeout=timedelta(seconds=60))
 checks = {}
-
-
-def expect(name, fn):
-    try:
-        fn()
-        checks[name] = "ok"
-    except Exception:  # noqa: BLE001  reported per check
-        checks[name] = traceback.format_exc()
+check = checker(checks)
 
 
 def block(src, dst, rows):
@@ -53,8 +46,8 @@ def uneven():
     assert torch.equal(out, torch.cat([block(s, RANK, RANK + 1) for s in range(WORLD)])), out
 
 
-expect("even", even)
-expect("uneven", uneven)
+check("even")(even)
+check("uneven")(uneven)
 dist.barrier()
 with open(OUT, "w") as f:
     json.dump({"checks": checks}, f)

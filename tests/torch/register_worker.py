@@ -7,13 +7,13 @@ NCCL_DEBUG_FILE."""
 import json
 import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 import snccl_torch  # noqa: F401  registers "snccl"
+from checks import checker
 
 OUT = sys.argv[1]
 RANK = int(os.environ["RANK"])
@@ -25,14 +25,7 @@ WORLD_GROUP = dist.group.WORLD  # torch 1.13: the group is the backend itself
 backend = (WORLD_GROUP._get_backend(torch.device("cpu")) if hasattr(WORLD_GROUP, "_get_backend")
            else WORLD_GROUP)
 checks, seen = {}, []
-
-
-def expect(name, fn):
-    try:
-        fn()
-        checks[name] = "ok"
-    except Exception:  # noqa: BLE001  reported per check
-        checks[name] = traceback.format_exc()
+check = checker(checks)
 
 
 def ref(n, k):
@@ -72,7 +65,7 @@ def loop():
     seen.append(backend.registered_tensors())
 
 
-expect("loop", loop)
+check("loop")(loop)
 dist.barrier()
 with open(OUT, "w") as f:
     json.dump({"checks": checks, "registered": seen}, f)
