@@ -36,6 +36,7 @@ const bool kEnv = [] {
   setenv("NCCL_IB_TIMEOUT", "14", 1);
   setenv("NCCL_IB_RETRY_CNT", "5", 1);
   setenv("NCCL_IB_SL", "3", 1);
+  setenv("SNCCL_IB_RAILS", "2", 1);  // one device of two ports where the fabric has two
   return true;
 }();
 
@@ -51,8 +52,15 @@ struct Fixture {
   std::vector<char> src = std::vector<char>(1 << 16), dst = std::vector<char>(1 << 16);
   net::MemHandle *smh = nullptr, *rmh = nullptr;
 
-  void open() {
+  // `devices` fake devices of one RoCE port each: fake0 (10.0.0.1), fake1 (10.0.1.1).
+  void open(int devices = 1) {
     fabric.addDefaultDevice();
+    if (devices > 1) {
+      snccl::test::FakePort p;
+      p.gids[0] = snccl::test::FakeGid{snccl::test::gidBytes("fe80::2"), "RoCE v2"};
+      p.gids[1] = snccl::test::FakeGid{snccl::test::gidBytes("::ffff:10.0.1.1"), "RoCE v2"};
+      fabric.addDevice("fake1", {p});
+    }
     net = ib::makeIbNet(fabric.verbs());
     ASSERT_TRUE(kEnv);
     Status s = net->init();
@@ -325,6 +333,70 @@ TEST(IbFake, VanishedPeerQpFailsTheNextWrite) {
   Status s = f.wait(sr, &done);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), "transport retry counter exceeded")) << s.message();
+}
+
+// SNCCL_IB_RAILS=2 over two devices: one Net device whose connections have a queue pair
+// on each, rail i to the peer's rail i; striped messages use both devices' keys (the
+// fake refuses a key of another protection domain), and a failure on the second rail
+// names that rail's device and GIDs.
+TEST(IbFake, TwoDevicesCarryOneConnection) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open(2));
+  ASSERT_EQ(f.net->devices(), 1);
+  net::Properties props;
+  ASSERT_TRUE(f.net->getProperties(0, &props).ok());
+  EXPECT_EQ(props.name, "fake0+fake1");
+  EXPECT_EQ(props.speedMbps, 2 * 100000) << "4x EDR on each rail";
+  ASSERT_EQ(f.sendEp()->qps().size(), 2u);
+  ASSERT_EQ(f.recvEp()->qps().size(), 2u);
+  const char* devs[] = {"fake0", "fake1"};
+  const char* gids[] = {"::ffff:10.0.0.1", "::ffff:10.0.1.1"};
+  for (int q = 0; q < 2; ++q) {
+    auto info = f.fabric.qpInfo(f.sendEp()->qps()[size_t(q)]->qp_num);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->device, devs[q]) << "queue pair " << q;
+    EXPECT_EQ(info->dgid, snccl::test::gidBytes(gids[q])) << "queue pair " << q;
+    EXPECT_EQ(info->state, IBV_QPS_RTS);
+  }
+  // 65536 bytes is SNCCL_IB_SPLIT_BYTES: two parts, one per device; smaller messages
+  // alternate between them.
+  for (int round = 0; round < 3; ++round) {
+    for (size_t n : {size_t(0), size_t(1), size_t(4097), size_t(65536)}) {
+      for (size_t i = 0; i < n; ++i) f.src[i] = char(i * 5 + n + size_t(round));
+      std::memset(f.dst.data(), 0x33, f.dst.size());
+      net::Request* rr = f.postRecv(f.dst.size());
+      net::Request* sr = f.postSend(n, uint32_t(n));
+      ASSERT_NE(rr, nullptr);
+      ASSERT_NE(sr, nullptr);
+      bool done = false;
+      size_t got = 0;
+      Status s = f.wait(sr, &done);
+      ASSERT_TRUE(s.ok()) << s.message();
+      s = f.wait(rr, &done, &got);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(got, n);
+      EXPECT_EQ(std::memcmp(f.src.data(), f.dst.data(), n), 0) << n << " bytes";
+    }
+  }
+  ibv_qp* second = f.sendEp()->qps()[1];
+  f.fabric.failNextSend(second->qp_num, IBV_WC_RETRY_EXC_ERR);
+  net::Request* rr = f.postRecv(f.dst.size());
+  net::Request* sr = f.postSend(65536);
+  ASSERT_NE(sr, nullptr);
+  bool done = false;
+  Status s = f.wait(sr, &done);
+  ASSERT_FALSE(s.ok()) << "the send completed";
+  for (const char* want : {"fake1:1", "::ffff:10.0.1.1", "stopped acknowledging"})
+    EXPECT_TRUE(contains(s.message(), want)) << "lacks '" << want << "': " << s.message();
+  Status rs = f.wait(rr, &done, nullptr, nullptr, 5);
+  EXPECT_FALSE(rs.ok()) << "the receiver was not told";
+  f.close();
+  f.net.reset();
+  snccl::test::FakeCounts c = f.fabric.counts();
+  EXPECT_EQ(c.qps, 0);
+  EXPECT_EQ(c.mrs, 0);
+  EXPECT_EQ(c.cqs, 0);
+  EXPECT_TRUE(f.fabric.misuse().empty()) << f.fabric.misuse().front();
 }
 
 }  // namespace

@@ -72,9 +72,15 @@ TEST(IbWire, MetadataOfAnotherKindIsRefusedAndItsNameTerminated) {
   m.magic = ib::kMetaMagic;
   m.version = ib::kMetaVersion;
   m.nqps = 2;
-  std::memset(m.dev, 'x', sizeof m.dev);
+  m.nrails = 2;
+  for (ib::RailMeta& r : m.rails) std::memset(r.dev, 'x', sizeof r.dev);
   EXPECT_EQ(ib::metaProblem(&m), "");
-  EXPECT_EQ(std::strlen(m.dev), sizeof m.dev - 1);
+  for (const ib::RailMeta& r : m.rails) EXPECT_EQ(std::strlen(r.dev), sizeof r.dev - 1);
+  m.nrails = 0;
+  EXPECT_NE(ib::metaProblem(&m).find("0 rails"), std::string::npos);
+  m.nrails = ib::kMaxRails + 1;
+  EXPECT_NE(ib::metaProblem(&m).find("rails"), std::string::npos);
+  m.nrails = 1;
   m.nqps = 0;
   EXPECT_NE(ib::metaProblem(&m).find("0 queue pairs"), std::string::npos);
   m.nqps = ib::kMaxQps + 1;

@@ -8,12 +8,14 @@
 # creates rxe0 and runs the command there, so binaries built on the host run unchanged.
 #
 # Usage:
-#   rxe_vm.sh single [-t SECONDS] [-m MB] [-s SMP] [-q] [-v] -- 'COMMAND'
+#   rxe_vm.sh single [-t SECONDS] [-m MB] [-s SMP] [-d 1|2] [-q] [-v] -- 'COMMAND'
 #   rxe_vm.sh pair   [-t SECONDS] [-m MB] [-s SMP] [-q] [-v] -- 'CMD_A' 'CMD_B'
 #   rxe_vm.sh prepare [-t SECONDS]     installs the packages and fills the cache, boots nothing
 #
 # single: one guest ("rxe-vm"); rxe0 on dummy0 10.99.0.1/24, mtu 4200 (loopback RoCE: two
 #   processes or two QPs in the guest talk through rxe0). Defaults: -m 2048, -s 2.
+#   -d 2: a second device, rxe1 on dummy1 10.99.1.1/24 (each device loops back to
+#   itself: a connection with a queue pair on each uses both, as on a node with two NICs).
 # pair: two guests ("vm-a" and "vm-b") whose virtio eth0 are joined by a QEMU socket netdev
 #   on a free 127.0.0.1 port; rxe0 on eth0, A = 10.98.0.1/24, B = 10.98.0.2/24, mtu 4200.
 #   The commands start together, once rxe0 is up in both guests. Defaults: -m 1536, -s 1
@@ -29,8 +31,8 @@
 # (tmpfs, fresh per guest; the repository and the cwd stay visible, read-only, when they lie
 # below one of them) and HOME=/tmp/home. `ulimit -l unlimited` is in effect (verbs
 # memory registration pins memory). /etc/hosts names rxe-vm, vm-a and vm-b. Environment:
-#   all modes: SNCCL_RXE_DEV=rxe0, SNCCL_RXE_ADDR (own address), SNCCL_RXE_IFNAME (dummy0 or
-#     eth0), SNCCL_RXE_GID_INDEX (index of rxe0's RoCE v2 IPv4-mapped GID, normally 1),
+#   all modes: SNCCL_RXE_DEV=rxe0, SNCCL_RXE_NDEV (1, or 2 with -d 2), SNCCL_RXE_ADDR (own
+#     address), SNCCL_RXE_IFNAME (dummy0 or eth0), SNCCL_RXE_GID_INDEX (index of rxe0's RoCE v2 IPv4-mapped GID, normally 1),
 #     SNCCL_RXE_MODE (single or pair), PATH, HOME, TMPDIR=/tmp, LANG=C.UTF-8.
 #   pair: RANK (0 on A, 1 on B), WORLD_SIZE=2, MASTER_ADDR=10.98.0.1, MASTER_PORT=29500,
 #     SNCCL_HOSTID=vm-a|vm-b, SNCCL_SOCKET_IFNAME=eth0, NCCL_SOCKET_IFNAME=eth0,
@@ -335,32 +337,42 @@ source "$R/$role.env"
 hostname "$NAME"
 mount --bind "$R/hosts" /etc/hosts || fail "cannot bind-mount /etc/hosts"
 ip link set lo up || fail "cannot bring lo up"
-if [[ $MODE == single ]] && ! ip link show "$IFNAME" >/dev/null 2>&1; then
-  ip link add "$IFNAME" type dummy || fail "cannot create $IFNAME"
-fi
-ip addr add "$ADDR/24" dev "$IFNAME" && ip link set "$IFNAME" mtu 4200 up ||
-  fail "cannot configure $IFNAME"
-out=$(rdma link add rxe0 type rxe netdev "$IFNAME" 2>&1) ||
-  skip "rdma link add rxe0 type rxe netdev $IFNAME failed: $out"
-
-# The port turns ACTIVE and the IPv4 GID appears shortly after the link is added.
-port=/sys/class/infiniband/rxe0/ports/1
-IFS=. read -r o1 o2 o3 o4 <<<"$ADDR"
-want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$o1" "$o2" "$o3" "$o4")
-gid_index=
-for ((try = 0; try < 100; try++)); do
-  if [[ $(<"$port/state") == *ACTIVE* ]]; then
-    for f in "$port"/gids/*; do
-      i=${f##*/}
-      if [[ $(<"$f") == "$want" && $(<"$port/gid_attrs/types/$i") == "RoCE v2" ]] 2>/dev/null; then
-        gid_index=$i
-        break 2
-      fi
-    done
+# make_rxe DEV IFNAME ADDR: IFNAME up with ADDR/24 (created as a dummy in single mode),
+# DEV on it; sets gid_index to DEV's RoCE v2 GID of ADDR once the port is ACTIVE.
+make_rxe() {
+  local dev=$1 ifname=$2 addr=$3 out port want o1 o2 o3 o4 try f i
+  if [[ $MODE == single ]] && ! ip link show "$ifname" >/dev/null 2>&1; then
+    ip link add "$ifname" type dummy || fail "cannot create $ifname"
   fi
-  sleep 0.1
-done
-[[ -n $gid_index ]] || skip "rxe0 has no active port with a RoCE v2 GID for $ADDR"
+  ip addr add "$addr/24" dev "$ifname" && ip link set "$ifname" mtu 4200 up ||
+    fail "cannot configure $ifname"
+  out=$(rdma link add "$dev" type rxe netdev "$ifname" 2>&1) ||
+    skip "rdma link add $dev type rxe netdev $ifname failed: $out"
+  # The port turns ACTIVE and the IPv4 GID appears shortly after the link is added.
+  port=/sys/class/infiniband/$dev/ports/1
+  IFS=. read -r o1 o2 o3 o4 <<<"$addr"
+  want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$o1" "$o2" "$o3" "$o4")
+  gid_index=
+  for ((try = 0; try < 100; try++)); do
+    if [[ $(<"$port/state") == *ACTIVE* ]]; then
+      for f in "$port"/gids/*; do
+        i=${f##*/}
+        if [[ $(<"$f") == "$want" && $(<"$port/gid_attrs/types/$i") == "RoCE v2" ]] 2>/dev/null; then
+          gid_index=$i
+          return 0
+        fi
+      done
+    fi
+    sleep 0.1
+  done
+  skip "$dev has no active port with a RoCE v2 GID for $addr"
+}
+make_rxe rxe0 "$IFNAME" "$ADDR"
+if ((NDEV > 1)); then
+  rxe0_gid=$gid_index
+  make_rxe rxe1 dummy1 10.99.1.1
+  gid_index=$rxe0_gid
+fi
 
 # pair mode: the commands start once rxe0 is up in both guests
 note ready "$gid_index"
@@ -385,12 +397,12 @@ EOF
 write_role() {
   local role=$1 name=$2 addr=$3 ifname=$4 peer_role=${5:-} peer_addr=${6:-} rank=${7:-}
   {
-    printf 'MODE=%q NAME=%q ADDR=%q IFNAME=%q CWD=%q PEER_ROLE=%q\n' \
-      "$mode" "$name" "$addr" "$ifname" "$PWD" "$peer_role"
+    printf 'MODE=%q NAME=%q ADDR=%q IFNAME=%q CWD=%q PEER_ROLE=%q NDEV=%q\n' \
+      "$mode" "$name" "$addr" "$ifname" "$PWD" "$peer_role" "$ndev"
   } >"$RUN/$role.env"
   {
-    printf 'SNCCL_RXE_MODE=%q\nSNCCL_RXE_DEV=rxe0\nSNCCL_RXE_ADDR=%q\nSNCCL_RXE_IFNAME=%q\n' \
-      "$mode" "$addr" "$ifname"
+    printf 'SNCCL_RXE_MODE=%q\nSNCCL_RXE_DEV=rxe0\nSNCCL_RXE_NDEV=%q\nSNCCL_RXE_ADDR=%q\nSNCCL_RXE_IFNAME=%q\n' \
+      "$mode" "$ndev" "$addr" "$ifname"
     if [[ -n $peer_role ]]; then
       printf 'RANK=%q\nWORLD_SIZE=2\nMASTER_ADDR=10.98.0.1\nMASTER_PORT=29500\n' "$rank"
       printf 'SNCCL_HOSTID=%q\nSNCCL_SOCKET_IFNAME=eth0\nNCCL_SOCKET_IFNAME=eth0\n' "$name"
@@ -622,12 +634,13 @@ case $mode in
   -h|--help) usage; exit 0 ;;
   *) usage >&2; exit 2 ;;
 esac
-limit=600 mem='' smp='' quiet=0 verbose=0
+limit=600 mem='' smp='' ndev=1 quiet=0 verbose=0
 while (($#)); do
   case $1 in
     -t) limit=${2:?-t needs SECONDS}; shift 2 ;;
     -m) mem=${2:?-m needs MB}; shift 2 ;;
     -s) smp=${2:?-s needs a CPU count}; shift 2 ;;
+    -d) ndev=${2:?-d needs a device count}; shift 2 ;;
     -q) quiet=1; shift ;;
     -v) verbose=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -645,6 +658,7 @@ case $mode in
   prepare) ((${#commands[@]} == 0)) || die "prepare takes no command" ;;
 esac
 [[ $mem =~ ^[0-9]*$ && $smp =~ ^[0-9]*$ ]] || die "-m and -s want numbers"
+[[ $ndev == 1 || ($ndev == 2 && $mode == single) ]] || die "-d wants 1, or 2 in single mode"
 grace=${SNCCL_RXE_PEER_GRACE:-30}
 [[ $grace =~ ^[0-9]+$ ]] || die "SNCCL_RXE_PEER_GRACE wants a number of seconds"
 deadline=$((SECONDS + limit))

@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "support/harness.h"
+#include "transport/net/ib/ib_conn.h"
 #include "transport/net/ib/ib_net.h"
 #include "transport/net/ib/ib_select.h"
 #include "transport/net/ib/ib_wire.h"
@@ -209,10 +211,9 @@ TEST(IbVerbs, ForcedGidIndexAndBadParametersAreHonouredOrRefused) {
             "");
 }
 
-std::string sendRecvShapes() {
-  Pair p;
-  std::string err = p.open();
-  if (!err.empty()) return err;
+// Messages of every shape over an open pair, three rounds, each checked byte for byte.
+std::string shapesOver(Pair& p) {
+  std::string err;
   std::vector<size_t> sizes = {0, 1, 7, 4095, 65536, 65537, (1u << 20) + 3};
   std::vector<char> src((1u << 20) + 64), dst((1u << 20) + 64);
   net::MemHandle *smh = nullptr, *rmh = nullptr;
@@ -246,6 +247,13 @@ std::string sendRecvShapes() {
   }
   OK_OR_RETURN(p.net->deregMr(p.send, smh));
   OK_OR_RETURN(p.net->deregMr(p.recv, rmh));
+  return err;
+}
+
+std::string sendRecvShapes() {
+  Pair p;
+  std::string err = p.open();
+  if (err.empty()) err = shapesOver(p);
   p.close();
   return err;
 }
@@ -261,6 +269,55 @@ TEST(IbVerbs, MessagesAreStripedOverThreeQps) {
   env.emplace_back("NCCL_IB_QPS_PER_CONNECTION", "3");
   env.emplace_back("SNCCL_IB_SPLIT_BYTES", "4096");
   EXPECT_EQ(inChild(env, sendRecvShapes), "");
+}
+
+// Packets a device's port has sent (rxe's hw_counters), -1 when unreadable.
+long long sentPackets(const std::string& dev) {
+  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/1/hw_counters/sent_pkts");
+  long long n = -1;
+  if (!(f >> n)) return -1;
+  return n;
+}
+
+// SNCCL_IB_RAILS=2 on a host with two devices (rxe_vm.sh -d 2): one Net device named
+// for both, a queue pair of the connection on each, and messages of every shape striped
+// over them arrive whole, each device sending packets of its own.
+TEST(IbVerbs, MessagesAreStripedOverTwoRails) {
+  SKIP_UNLESS_RDMA();
+  auto env = baseEnv();
+  env.emplace_back("SNCCL_IB_RAILS", "2");
+  env.emplace_back("SNCCL_IB_SPLIT_BYTES", "4096");
+  EXPECT_EQ(inChild(env, []() -> std::string {
+              Pair p;
+              std::string err = p.open();
+              if (!err.empty()) return err;
+              net::Properties props;
+              OK_OR_RETURN(p.net->getProperties(0, &props));
+              if (p.net->devices() != 1 || props.name.find('+') == std::string::npos) {
+                p.close();
+                const char* ndev = std::getenv("SNCCL_RXE_NDEV");
+                if (ndev != nullptr && std::atoi(ndev) >= 2) return "two devices, but one rail: " + props.name;
+                std::fprintf(stderr, "RDMA SKIP: one device (%s); run under rxe_vm.sh -d 2\n", props.name.c_str());
+                return "";
+              }
+              const auto& qps = static_cast<ib::IbSendComm*>(p.send)->ep->qps();
+              if (qps.size() != 2) return "the connection has " + std::to_string(qps.size()) + " queue pairs, not 2";
+              std::string devs[2];
+              for (int q = 0; q < 2; ++q) devs[q] = qps[size_t(q)]->context->device->name;
+              if (props.name != devs[0] + "+" + devs[1])
+                return "queue pairs on " + devs[0] + " and " + devs[1] + ", device " + props.name;
+              const long long before[2] = {sentPackets(devs[0]), sentPackets(devs[1])};
+              err = shapesOver(p);
+              p.close();
+              if (!err.empty()) return err;
+              for (int q = 0; q < 2; ++q) {
+                const long long after = sentPackets(devs[q]);
+                std::fprintf(stderr, "%s sent %lld packets\n", devs[q].c_str(), after - before[q]);
+                if (before[q] >= 0 && after <= before[q] + 100) return devs[q] + " carried (almost) nothing";
+              }
+              return "";
+            }),
+            "");
 }
 
 // One posted receive is one credit: no send starts before its receive, at most kSlots

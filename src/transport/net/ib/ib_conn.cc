@@ -74,23 +74,48 @@ uint64_t randomNonzero() {
   return v;
 }
 
+// A completion channel whose fd does not block, or null.
+ibv_comp_channel* openChannel(const Verbs* v, ibv_context* ctx) {
+  ibv_comp_channel* ch = v->createCompChannel(ctx);
+  if (ch == nullptr) return nullptr;
+  int fl = ::fcntl(ch->fd, F_GETFL);
+  if (fl < 0 || ::fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+    v->destroyCompChannel(ch);
+    return nullptr;
+  }
+  return ch;
+}
+
+// Whether the handle's registrations (one per rail of the comm, all of the same range)
+// cover [p, p + size).
+bool covers(const IbMemHandle* h, int nrails, uintptr_t p, size_t size) {
+  if (h == nullptr || h->nrails != nrails) return false;
+  const ibv_mr* mr = h->mr[0];
+  return p >= reinterpret_cast<uintptr_t>(mr->addr) && p + size <= reinterpret_cast<uintptr_t>(mr->addr) + mr->length;
+}
+
 }  // namespace
 
 // ---- Endpoint ----------------------------------------------------------------------
 
-Endpoint::Endpoint(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl)
-    : port_(port), v_(port->hca->verbs()), sender_(sender), params_(params), ctl_(std::move(ctl)) {
+Endpoint::Endpoint(std::vector<const IbPort*> ports, bool sender, ConnParams params, sock::Socket ctl)
+    : v_(ports.front()->hca->verbs()), sender_(sender), params_(params), ctl_(std::move(ctl)) {
+  nrails_ = int(std::min<size_t>(ports.size(), kMaxRails));
+  for (int i = 0; i < nrails_; ++i) rails_[size_t(i)].port = ports[size_t(i)];
   what_ = std::string(sender ? "send to " : "receive from ") + ctl_.peer().hostString();
   probeValue_ = randomNonzero();
 }
 
 Endpoint::~Endpoint() {
   for (ibv_qp* qp : qps_) v_->destroyQp(qp);
-  if (cq_ != nullptr && unackedEvents_ > 0) v_->ackCqEvents(cq_, unackedEvents_);  // destroy waits for acks
-  if (cq_ != nullptr) v_->destroyCq(cq_);
-  if (channel_ != nullptr) v_->destroyCompChannel(channel_);
+  for (int i = 0; i < nrails_; ++i) {
+    Rail& r = rails_[size_t(i)];
+    if (r.cq != nullptr && r.unackedEvents > 0) v_->ackCqEvents(r.cq, r.unackedEvents);  // destroy waits for acks
+    if (r.cq != nullptr) v_->destroyCq(r.cq);
+    if (r.channel != nullptr) v_->destroyCompChannel(r.channel);
+    if (r.regionMr != nullptr) r.port->hca->releaseMr(r.regionMr);
+  }
   if (wakeFd_ >= 0) ::close(wakeFd_);
-  if (regionMr_ != nullptr) port_->hca->releaseMr(regionMr_);
   std::free(region_);
 }
 
@@ -98,51 +123,42 @@ Status Endpoint::createResources(int nqps) {
   region_ = static_cast<Region*>(std::aligned_alloc(alignof(Region), sizeof(Region)));
   if (region_ == nullptr) return SystemError("NET/IB: out of memory for a connection's %zu-byte region", sizeof(Region));
   std::memset(static_cast<void*>(region_), 0, sizeof(Region));  // also faults the pages in before the NIC uses them
-  SNCCL_ASSIGN_OR_RETURN(regionMr_, port_->hca->acquireMr(region_, sizeof(Region)));
-  // A completion channel lets a thread with nothing to do sleep in poll() until the CQ
-  // has news; without one the comm is polled on a timer.
-  if (v_->createCompChannel != nullptr) {
-    channel_ = v_->createCompChannel(port_->hca->ctx());
-    if (channel_ != nullptr) {
-      int fl = ::fcntl(channel_->fd, F_GETFL);
-      if (fl < 0 || ::fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-        v_->destroyCompChannel(channel_);
-        channel_ = nullptr;
-      }
-    }
-    wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wakeFd_ < 0 && channel_ != nullptr) {
-      v_->destroyCompChannel(channel_);
-      channel_ = nullptr;
-    }
-  }
+  // A completion channel per rail lets a thread with nothing to do sleep in poll() until
+  // a CQ has news; without them the comm is polled on a timer.
+  if (v_->createCompChannel != nullptr) wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   // Outstanding completions: receiver kSlots credit writes + kSlots x nqps records;
   // sender kSlots x nqps record writes + kCreditRecvs credit receives; probes.
   const int cqe = kSlots * (nqps + 2) + 2 * nqps + 32;
-  cq_ = v_->createCq(port_->hca->ctx(), cqe, &sink_, channel_, 0);
-  if (cq_ == nullptr) return ErrnoError(errno, "NET/IB: %s: ibv_create_cq(%d) failed", port_->label().c_str(), cqe);
+  for (int i = 0; i < nrails_; ++i) {
+    Rail& r = rails_[size_t(i)];
+    SNCCL_ASSIGN_OR_RETURN(r.regionMr, r.port->hca->acquireMr(region_, sizeof(Region)));
+    if (wakeFd_ >= 0) r.channel = openChannel(v_, r.port->hca->ctx());
+    r.cq = v_->createCq(r.port->hca->ctx(), cqe, &r.sink, r.channel, 0);
+    if (r.cq == nullptr) return ErrnoError(errno, "NET/IB: %s: ibv_create_cq(%d) failed", r.port->label().c_str(), cqe);
+  }
   for (int q = 0; q < nqps; ++q) {
+    Rail& r = rails_[size_t(qpRail(q, nrails_))];
     ibv_qp_init_attr ia{};
-    ia.qp_context = &sink_;
-    ia.send_cq = cq_;
-    ia.recv_cq = cq_;
+    ia.qp_context = &r.sink;
+    ia.send_cq = r.cq;
+    ia.recv_cq = r.cq;
     ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = 2 * kSlots + 8;
     ia.cap.max_recv_wr = 2 * kSlots + 8;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
-    ibv_qp* qp = v_->createQp(port_->hca->pd(), &ia);
+    ibv_qp* qp = v_->createQp(r.port->hca->pd(), &ia);
     if (qp == nullptr)
-      return ErrnoError(errno, "NET/IB: %s: ibv_create_qp failed (%zu QPs exist on this comm)", port_->label().c_str(),
+      return ErrnoError(errno, "NET/IB: %s: ibv_create_qp failed (%zu QPs exist on this comm)", r.port->label().c_str(),
                         qps_.size());
     qps_.push_back(qp);
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = 0;
-    a.port_num = uint8_t(port_->port);
+    a.port_num = uint8_t(r.port->port);
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
     if (int rc = v_->modifyQp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-      return ErrnoError(rc, "NET/IB: %s: QP 0x%x to INIT failed", port_->label().c_str(), qp->qp_num);
+      return ErrnoError(rc, "NET/IB: %s: QP 0x%x to INIT failed", r.port->label().c_str(), qp->qp_num);
   }
   // The receiver keeps kSlots zero-length receives posted on every queue pair: each
   // record write of a part consumes one, and at most kSlots requests are in flight.
@@ -163,7 +179,7 @@ Status Endpoint::postRecvs(int q, int count, int kind) {
     wr.wr_id = wrId(Kind(kind), 0, q);
     ibv_recv_wr* bad = nullptr;
     if (int rc = v_->postRecv(qps_[size_t(q)], &wr, &bad))
-      return ErrnoError(rc, "NET/IB: %s: ibv_post_recv on QP 0x%x failed", port_->label().c_str(),
+      return ErrnoError(rc, "NET/IB: %s: ibv_post_recv on QP 0x%x failed", railOf(q).port->label().c_str(),
                         qps_[size_t(q)]->qp_num);
   }
   return OkStatus();
@@ -174,29 +190,44 @@ Meta Endpoint::localMeta() const {
   m.magic = kMetaMagic;
   m.version = kMetaVersion;
   m.nqps = uint16_t(qps_.size());
-  m.ethernet = port_->ethernet ? 1 : 0;
-  m.mtu = uint8_t(port_->mtu);
-  m.lid = port_->lid;
-  m.gidIndex = uint32_t(port_->gidIndex);
-  std::memcpy(m.gid, port_->gid.raw, 16);
-  m.regionAddr = reinterpret_cast<uint64_t>(region_);
-  m.regionRkey = regionMr_->rkey;
+  m.nrails = uint16_t(nrails_);
   m.tc = uint8_t(params_.qp.tc);
   m.sl = uint8_t(params_.qp.sl);
-  m.port = uint16_t(port_->port);
+  m.regionAddr = reinterpret_cast<uint64_t>(region_);
   m.probeValue = probeValue_;
-  std::snprintf(m.dev, sizeof m.dev, "%s", port_->hca->name().c_str());
+  for (int i = 0; i < nrails_; ++i) {
+    const IbPort* p = rails_[size_t(i)].port;
+    RailMeta& r = m.rails[i];
+    r.ethernet = p->ethernet ? 1 : 0;
+    r.mtu = uint8_t(p->mtu);
+    r.lid = p->lid;
+    r.gidIndex = uint32_t(p->gidIndex);
+    std::memcpy(r.gid, p->gid.raw, 16);
+    r.regionRkey = rails_[size_t(i)].regionMr->rkey;
+    r.port = uint16_t(p->port);
+    std::snprintf(r.dev, sizeof r.dev, "%s", p->hca->name().c_str());
+  }
   for (size_t q = 0; q < qps_.size(); ++q) m.qpn[q] = qps_[q]->qp_num;
   return m;
 }
 
-std::string Endpoint::pathDescription() const {
+std::string Endpoint::railPath(int rail, int peerRail) const {
+  const IbPort* p = rails_[size_t(rail)].port;
+  const RailMeta& r = peer_.rails[peerRail];
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s (GID %s, index %d) to %.64s:%u at %s (GID %s, index %u)",
-                port_->label().c_str(), gidText(port_->gid.raw).c_str(), port_->gidIndex, peer_.dev,
-                unsigned(peer_.port), ctl_.peer().hostString().c_str(), gidText(peer_.gid).c_str(),
-                unsigned(peer_.gidIndex));
+  std::snprintf(buf, sizeof buf, "%s (GID %s, index %d) to %.64s:%u at %s (GID %s, index %u)", p->label().c_str(),
+                gidText(p->gid.raw).c_str(), p->gidIndex, r.dev, unsigned(r.port), ctl_.peer().hostString().c_str(),
+                gidText(r.gid).c_str(), unsigned(r.gidIndex));
   return buf;
+}
+
+std::string Endpoint::pathDescription() const {
+  // Rail i talks to the peer's rail i (ib_wire.h): one path per pair in use.
+  const int peerRails = std::max<int>(1, peer_.nrails);
+  std::string out;
+  for (int i = 0; i < std::max(nrails_, peerRails); ++i)
+    out += (i > 0 ? " + " : "") + railPath(qpRail(i, nrails_), qpRail(i, peerRails));
+  return out;
 }
 
 Status Endpoint::connectQps(const Meta& peer) {
@@ -205,28 +236,34 @@ Status Endpoint::connectQps(const Meta& peer) {
     return InternalError("NET/IB: %s: the peer has %u queue pairs, this end %zu", what_.c_str(), unsigned(peer.nqps),
                          qps_.size());
   for (size_t q = 0; q < qps_.size(); ++q) {
+    const IbPort* port = railOf(int(q)).port;
+    const RailMeta& pr = peerRailOf(int(q));
+    const std::string path = railPath(qpRail(int(q), nrails_), qpRail(int(q), peer_.nrails));
+    if (bool(pr.ethernet) != port->ethernet)
+      return InvalidUsage("NET/IB: %s: link layers differ on the path %s: this end is %s, the peer %s", what_.c_str(),
+                          path.c_str(), port->ethernet ? "Ethernet (RoCE)" : "InfiniBand",
+                          pr.ethernet ? "Ethernet (RoCE)" : "InfiniBand");
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = ibv_mtu(std::min<int>(port_->mtu, peer.mtu));
+    a.path_mtu = ibv_mtu(std::min<int>(port->mtu, pr.mtu));
     a.dest_qp_num = peer.qpn[q];
     a.rq_psn = 0;
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = 12;
-    a.ah_attr.port_num = uint8_t(port_->port);
+    a.ah_attr.port_num = uint8_t(port->port);
     a.ah_attr.sl = uint8_t(params_.qp.sl);
-    a.ah_attr.dlid = peer.lid;
-    if (port_->ethernet) {
+    a.ah_attr.dlid = pr.lid;
+    if (port->ethernet) {
       a.ah_attr.is_global = 1;
-      std::memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
-      a.ah_attr.grh.sgid_index = uint8_t(port_->gidIndex);
+      std::memcpy(a.ah_attr.grh.dgid.raw, pr.gid, 16);
+      a.ah_attr.grh.sgid_index = uint8_t(port->gidIndex);
       a.ah_attr.grh.hop_limit = 255;
       a.ah_attr.grh.traffic_class = uint8_t(params_.qp.tc);
     }
     if (int rc = v_->modifyQp(qps_[q], &a,
                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-      return ErrnoError(rc, "NET/IB: QP 0x%x to RTR failed on the path %s", qps_[q]->qp_num,
-                        pathDescription().c_str());
+      return ErrnoError(rc, "NET/IB: QP 0x%x to RTR failed on the path %s", qps_[q]->qp_num, path.c_str());
     ibv_qp_attr r{};
     r.qp_state = IBV_QPS_RTS;
     r.timeout = uint8_t(params_.qp.timeout);
@@ -237,7 +274,7 @@ Status Endpoint::connectQps(const Meta& peer) {
     if (int rc = v_->modifyQp(qps_[q], &r,
                               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                   IBV_QP_MAX_QP_RD_ATOMIC))
-      return ErrnoError(rc, "NET/IB: QP 0x%x to RTS failed on the path %s", qps_[q]->qp_num, pathDescription().c_str());
+      return ErrnoError(rc, "NET/IB: QP 0x%x to RTS failed on the path %s", qps_[q]->qp_num, path.c_str());
   }
   return OkStatus();
 }
@@ -245,7 +282,7 @@ Status Endpoint::connectQps(const Meta& peer) {
 Status Endpoint::postProbes() {
   region_->probeOut = probeValue_;
   for (size_t q = 0; q < qps_.size(); ++q) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(&region_->probeOut), sizeof(uint64_t), regionMr_->lkey};
+    ibv_sge sge{reinterpret_cast<uint64_t>(&region_->probeOut), sizeof(uint64_t), railOf(int(q)).regionMr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = wrId(kProbe, 0, int(q));
     wr.sg_list = &sge;
@@ -253,7 +290,7 @@ Status Endpoint::postProbes() {
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, probeIn);
-    wr.wr.rdma.rkey = peer_.regionRkey;
+    wr.wr.rdma.rkey = peerRailOf(int(q)).regionRkey;
     ibv_send_wr* bad = nullptr;
     if (int rc = v_->postSend(qps_[q], &wr, &bad))
       return ErrnoError(rc, "NET/IB: posting the probe write on %s failed", pathDescription().c_str());
@@ -267,9 +304,10 @@ Result<bool> Endpoint::probeDone() {
   return probesDone_ == int(qps_.size()) && in == peer_.probeValue;
 }
 
-int Endpoint::qpIndex(uint32_t qpn) const {
+int Endpoint::qpIndex(int rail, uint32_t qpn) const {
+  // QP numbers are per device: the rail whose CQ reported it tells which device.
   for (size_t q = 0; q < qps_.size(); ++q)
-    if (qps_[q]->qp_num == qpn) return int(q);
+    if (qpRail(int(q), nrails_) == rail && qps_[q]->qp_num == qpn) return int(q);
   return -1;
 }
 
@@ -286,19 +324,20 @@ Status Endpoint::fail(Status s) {
   return failed_;
 }
 
-Status Endpoint::completionError(const ibv_wc& wc) {
+Status Endpoint::completionError(int rail, const ibv_wc& wc) {
   const Kind k = wrKind(wc.wr_id);
+  const int q = qpIndex(rail, wc.qp_num);
+  const std::string path = q >= 0 ? railPath(rail, qpRail(q, std::max<int>(1, peer_.nrails))) : pathDescription();
   const char* hint = statusHint(wc.status);
   std::string msg = "NET/IB: " + what_ + ": " + kindName(k) + " on QP 0x";
   char buf[768];
   std::snprintf(buf, sizeof buf, "%x completed with status '%s' (%d), vendor error 0x%x%s%s; path %s", wc.qp_num,
-                v_->wcStatusStr(wc.status), int(wc.status), wc.vendor_err, *hint ? ": " : "", hint,
-                pathDescription().c_str());
+                v_->wcStatusStr(wc.status), int(wc.status), wc.vendor_err, *hint ? ": " : "", hint, path.c_str());
   msg += buf;
   return localFault(wc.status) ? SystemError("%s", msg.c_str()) : RemoteError("%s", msg.c_str());
 }
 
-Status Endpoint::handleCompletion(const ibv_wc& wc) {
+Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
   // After the first failure the queue pairs flush everything still posted; the first
   // error is the cause and is kept. A flush seen first is itself a consequence (a fatal
   // event, a port going down, the peer's failure): give its news a moment to arrive, so
@@ -316,14 +355,14 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  if (wc.status != IBV_WC_SUCCESS) return fail(completionError(wc));
+  if (wc.status != IBV_WC_SUCCESS) return fail(completionError(rail, wc));
   const Kind k = wrKind(wc.wr_id);
   switch (k) {
     case kCts: return OkStatus();
     case kCredit:
       // The grant itself is in the FIFO (written by this same operation); the completion
       // only consumed a receive, which goes back.
-      if (!sender_ || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM)
+      if (!sender_ || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || qpIndex(rail, wc.qp_num) != 0)
         return fail(InternalError("NET/IB: %s: unexpected credit completion (QP 0x%x, opcode %d)", what_.c_str(),
                                   wc.qp_num, int(wc.opcode)));
       return postRecvs(0, 1, kCredit);
@@ -337,7 +376,7 @@ Status Endpoint::handleCompletion(const ibv_wc& wc) {
       return OkStatus();
     }
     case kRecv: {
-      const int q = qpIndex(wc.qp_num);
+      const int q = qpIndex(rail, wc.qp_num);
       const uint32_t imm = ntohl(wc.imm_data);
       const int slot = immSlot(imm);
       if (sender_ || q < 0 || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || slot >= kSlots)
@@ -379,14 +418,16 @@ Status Endpoint::progress() {
     (void)r;
     wakeSet_ = false;
   }
-  for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pending_[i]));
+  for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pendingRail_[i], pending_[i]));
   npending_ = 0;
-  for (;;) {
-    ibv_wc wcs[16];
-    int n = v_->pollCq(cq_, 16, wcs);
-    if (n < 0) return fail(SystemError("NET/IB: %s: ibv_poll_cq failed (%d)", what_.c_str(), n));
-    for (int i = 0; i < n; ++i) SNCCL_TRY(handleCompletion(wcs[i]));
-    if (n < 16) break;
+  for (int rail = 0; rail < nrails_; ++rail) {
+    for (;;) {
+      ibv_wc wcs[16];
+      int n = v_->pollCq(rails_[size_t(rail)].cq, 16, wcs);
+      if (n < 0) return fail(SystemError("NET/IB: %s: ibv_poll_cq failed (%d)", what_.c_str(), n));
+      for (int i = 0; i < n; ++i) SNCCL_TRY(handleCompletion(rail, wcs[i]));
+      if (n < 16) break;
+    }
   }
   SNCCL_TRY(checkHealth());
   return checkControl(false);
@@ -395,27 +436,47 @@ Status Endpoint::progress() {
 Status Endpoint::checkHealth() {
   // This node's own faults first: a port that went down or a dead device also fails
   // the queue pairs on it.
-  if (port_->hca->fatal())
-    return fail(SystemError("NET/IB: %s: device %s reported a fatal error; path %s", what_.c_str(),
-                            port_->hca->name().c_str(), pathDescription().c_str()));
-  if (!port_->hca->portUp(port_->port))
-    return fail(SystemError("NET/IB: %s: port %s is down; path %s", what_.c_str(), port_->label().c_str(),
-                            pathDescription().c_str()));
-  const int ev = sink_.event.load(std::memory_order_acquire);
-  if (ev >= 0)
-    return fail(RemoteError("NET/IB: %s: asynchronous event '%s' on the connection; path %s", what_.c_str(),
-                            v_->eventTypeStr(ibv_event_type(ev)), pathDescription().c_str()));
+  for (int i = 0; i < nrails_; ++i) {
+    const Rail& r = rails_[size_t(i)];
+    if (r.port->hca->fatal())
+      return fail(SystemError("NET/IB: %s: device %s reported a fatal error; path %s", what_.c_str(),
+                              r.port->hca->name().c_str(), pathDescription().c_str()));
+    if (!r.port->hca->portUp(r.port->port))
+      return fail(SystemError("NET/IB: %s: port %s is down; path %s", what_.c_str(), r.port->label().c_str(),
+                              pathDescription().c_str()));
+  }
+  for (int i = 0; i < nrails_; ++i) {
+    const int ev = rails_[size_t(i)].sink.event.load(std::memory_order_acquire);
+    if (ev >= 0)
+      return fail(RemoteError("NET/IB: %s: asynchronous event '%s' on the connection (%s); path %s", what_.c_str(),
+                              v_->eventTypeStr(ibv_event_type(ev)), rails_[size_t(i)].port->label().c_str(),
+                              pathDescription().c_str()));
+  }
   return OkStatus();
+}
+
+// The first rail whose Ethernet interface is down, with why; "" when none is.
+std::string Endpoint::linkProblem(std::string* label) const {
+  for (int i = 0; i < nrails_; ++i) {
+    const IbPort* p = rails_[size_t(i)].port;
+    std::string problem = p->netdev.empty() ? "" : socknet::interfaceProblem(p->netdev);
+    if (!problem.empty()) {
+      *label = p->label();
+      return problem;
+    }
+  }
+  return "";
 }
 
 Status Endpoint::checkLink() {
   // RoCE: the port follows its Ethernet interface, whose state is read fresh (one
   // netlink query: only on the error path), since the port event may come later than
   // the failures the link causes.
-  std::string local = port_->netdev.empty() ? "" : socknet::interfaceProblem(port_->netdev);
+  std::string label;
+  std::string local = linkProblem(&label);
   if (!local.empty())
     return fail(SystemError("NET/IB: %s: port %s is down: this node's network link is down: %s; path %s",
-                            what_.c_str(), port_->label().c_str(), local.c_str(), pathDescription().c_str()));
+                            what_.c_str(), label.c_str(), local.c_str(), pathDescription().c_str()));
   return OkStatus();
 }
 
@@ -436,7 +497,8 @@ Status Endpoint::checkControl(bool force) {
       if (peerBye_ && !outstanding) return OkStatus();
       if (err != 0) {
         // The control connection failed (reset, or TCP gave up: a cut link). Whose link?
-        std::string local = port_->netdev.empty() ? "" : socknet::interfaceProblem(port_->netdev);
+        std::string label;
+        std::string local = linkProblem(&label);
         if (!local.empty())
           return fail(SystemError("NET/IB: %s: this node's network link is down: %s; path %s", what_.c_str(),
                                   local.c_str(), pathDescription().c_str()));
@@ -474,7 +536,8 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
     return nullptr;
   }
   const uint64_t addr = e->addr, cap = e->size;
-  const uint32_t rkey = e->rkey;
+  uint32_t rkeys[kMaxRails];
+  std::memcpy(rkeys, e->rkey, sizeof rkeys);
   const int32_t ctsTag = e->tag;
   if (ctsTag != tag)
     return fail(InternalError("NET/IB: %s: message %llu has tag %d, the receive posted for it tag %d", what_.c_str(),
@@ -484,8 +547,7 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
                              static_cast<unsigned long long>(seq), size, static_cast<unsigned long long>(cap)));
   auto* h = static_cast<IbMemHandle*>(mh);
   const auto p = reinterpret_cast<uintptr_t>(data);
-  if (size > 0 && (h == nullptr || p < reinterpret_cast<uintptr_t>(h->mr->addr) ||
-                   p + size > reinterpret_cast<uintptr_t>(h->mr->addr) + h->mr->length))
+  if (size > 0 && !covers(h, nrails_, p, size))
     return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
   const int nqps = int(qps_.size());
@@ -493,6 +555,7 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   const int nparts = splitParts(size, nqps, params_.qp.splitBytes, &chunk);
   for (int part = 0; part < nparts; ++part) {
     const int q = partQp(seq, part, nparts, nqps);
+    const int rail = qpRail(q, nrails_);
     const size_t off = size_t(part) * chunk;
     const size_t len = std::min(chunk, size - std::min(size, off));
     DoneRecord& rec = region_->records[slot][q];
@@ -501,21 +564,21 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
     ibv_send_wr wrs[2]{};
     int n = 0;
     if (len > 0) {
-      sges[n] = ibv_sge{p + off, uint32_t(len), h->mr->lkey};
+      sges[n] = ibv_sge{p + off, uint32_t(len), h->mr[size_t(rail)]->lkey};
       wrs[n].wr_id = wrId(kData, slot, part);
       wrs[n].opcode = IBV_WR_RDMA_WRITE;
       wrs[n].wr.rdma.remote_addr = addr + off;
-      wrs[n].wr.rdma.rkey = rkey;
+      wrs[n].wr.rdma.rkey = rkeys[qpRail(q, peer_.nrails)];
       ++n;
     }
-    sges[n] = ibv_sge{reinterpret_cast<uint64_t>(&rec), sizeof rec, regionMr_->lkey};
+    sges[n] = ibv_sge{reinterpret_cast<uint64_t>(&rec), sizeof rec, rails_[size_t(rail)].regionMr->lkey};
     wrs[n].wr_id = wrId(kData, slot, part);
     wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wrs[n].send_flags = IBV_SEND_SIGNALED;
     wrs[n].imm_data = htonl(packImm(seq));
     wrs[n].wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, records) + (size_t(slot) * kMaxQps + size_t(q)) *
                                                                                   sizeof(DoneRecord);
-    wrs[n].wr.rdma.rkey = peer_.regionRkey;
+    wrs[n].wr.rdma.rkey = peerRailOf(q).regionRkey;
     ++n;
     for (int i = 0; i < n; ++i) {
       wrs[i].sg_list = &sges[i];
@@ -546,8 +609,7 @@ Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* 
   const int slot = int(seq % kSlots);
   auto* h = static_cast<IbMemHandle*>(mh);
   const auto p = reinterpret_cast<uintptr_t>(data);
-  if (size > 0 && (h == nullptr || p < reinterpret_cast<uintptr_t>(h->mr->addr) ||
-                   p + size > reinterpret_cast<uintptr_t>(h->mr->addr) + h->mr->length))
+  if (size > 0 && !covers(h, nrails_, p, size))
     return InvalidUsage("NET/IB: %s: irecv of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
   IbRequest& r = reqs_[slot];
@@ -557,8 +619,9 @@ Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* 
   r.live = true;
   r.size = size;  // the capacity until the message says how much arrived
   CtsEntry& c = region_->fifo[slot];
-  c = CtsEntry{uint64_t(p), uint64_t(size), h != nullptr ? h->mr->rkey : 0u, tag, seq + 1};
-  ibv_sge sge{reinterpret_cast<uint64_t>(&c), sizeof c, regionMr_->lkey};
+  c = CtsEntry{uint64_t(p), uint64_t(size), {}, tag, 0, seq + 1};
+  for (int i = 0; i < nrails_ && h != nullptr; ++i) c.rkey[i] = h->mr[size_t(i)]->rkey;
+  ibv_sge sge{reinterpret_cast<uint64_t>(&c), sizeof c, rails_[0].regionMr->lkey};
   ibv_send_wr wr{};
   wr.wr_id = wrId(kCts, slot, 0);
   wr.sg_list = &sge;
@@ -567,7 +630,7 @@ Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* 
   wr.imm_data = htonl(packImm(seq));
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, fifo) + size_t(slot) * sizeof(CtsEntry);
-  wr.wr.rdma.rkey = peer_.regionRkey;
+  wr.wr.rdma.rkey = peerRailOf(0).regionRkey;
   ibv_send_wr* bad = nullptr;
   if (int rc = v_->postSend(qps_[0], &wr, &bad))
     return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (credit) on QP 0x%x failed", what_.c_str(),
@@ -590,20 +653,26 @@ Status Endpoint::test(IbRequest* r, bool* done, size_t* size, uint32_t* imm) {
 }
 
 bool Endpoint::armWait(std::vector<pollfd>* fds) {
-  if (channel_ == nullptr || !failed_.ok() || ctlClosed_) return false;
-  ibv_cq* cq = nullptr;
-  void* ctx = nullptr;
-  while (v_->getCqEvent(channel_, &cq, &ctx) == 0) ++unackedEvents_;  // non-blocking fd: ends with EAGAIN
-  if (unackedEvents_ > 0) {
-    v_->ackCqEvents(cq_, unackedEvents_);
-    unackedEvents_ = 0;
+  if (!failed_.ok() || ctlClosed_) return false;
+  for (int i = 0; i < nrails_; ++i)
+    if (rails_[size_t(i)].channel == nullptr) return false;
+  for (int i = 0; i < nrails_; ++i) {
+    Rail& r = rails_[size_t(i)];
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    while (v_->getCqEvent(r.channel, &cq, &ctx) == 0) ++r.unackedEvents;  // non-blocking fd: ends with EAGAIN
+    if (r.unackedEvents > 0) {
+      v_->ackCqEvents(r.cq, r.unackedEvents);
+      r.unackedEvents = 0;
+    }
+    if (v_->reqNotifyCq(r.cq, 0) != 0) return false;
+    // A completion that arrived before the CQ was armed raises no event: look once more,
+    // keeping what is found for the next progress().
+    int n = v_->pollCq(r.cq, kPendingMax - npending_, pending_ + npending_);
+    if (n < 0) return false;
+    for (int k = 0; k < n; ++k) pendingRail_[npending_ + k] = i;
+    npending_ += n;
   }
-  if (v_->reqNotifyCq(cq_, 0) != 0) return false;
-  // A completion that arrived before the CQ was armed raises no event: look once more,
-  // keeping what is found for the next progress().
-  int n = v_->pollCq(cq_, kPendingMax - npending_, pending_ + npending_);
-  if (n < 0) return false;
-  npending_ += n;
   if (npending_ > 0) {
     // Work is already here: a descriptor that is ready now, so the caller does not sleep
     // (a "cannot tell" answer would cost it a timer tick).
@@ -613,7 +682,7 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
     fds->push_back(pollfd{wakeFd_, POLLIN, 0});
     return true;
   }
-  fds->push_back(pollfd{channel_->fd, POLLIN, 0});
+  for (int i = 0; i < nrails_; ++i) fds->push_back(pollfd{rails_[size_t(i)].channel->fd, POLLIN, 0});
   fds->push_back(pollfd{ctl_.fd(), POLLIN, 0});
   return true;
 }
@@ -645,13 +714,15 @@ void Endpoint::close(uint32_t abortCode) {
 
 // ---- Setup -------------------------------------------------------------------------
 
-Setup::Setup(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl)
+Setup::Setup(std::vector<const IbPort*> ports, bool sender, ConnParams params, sock::Socket ctl)
     : sender_(sender), probeTimeoutMs_(params.probeTimeoutMs) {
   fd_ = ctl.fd();
-  ep_ = std::make_unique<Endpoint>(port, sender, params, std::move(ctl));
+  const int nrails = int(ports.size());
+  ep_ = std::make_unique<Endpoint>(std::move(ports), sender, params, std::move(ctl));
   state_ = sender ? State::kSendMeta : State::kRecvMeta;
   if (sender) {
-    Status s = ep_->createResources(params.qp.qpsPerConn);
+    // NCCL_IB_QPS_PER_CONNECTION on each rail (ib_net.cc keeps the product in range).
+    Status s = ep_->createResources(params.qp.qpsPerConn * nrails);
     if (!s.ok()) {
       error_ = s;
       return;
@@ -699,10 +770,6 @@ Result<std::unique_ptr<Endpoint>> Setup::step() {
         std::memcpy(&peer_, buf_.data(), sizeof peer_);
         if (std::string problem = metaProblem(&peer_); !problem.empty())
           return InternalError("NET/IB: %s: %s", ep_->what().c_str(), problem.c_str());
-        if (bool(peer_.ethernet) != ep_->port()->ethernet)
-          return InvalidUsage("NET/IB: %s: link layers differ: %s is %s, the peer's %s is %s", ep_->what().c_str(),
-                              ep_->port()->label().c_str(), ep_->port()->ethernet ? "Ethernet (RoCE)" : "InfiniBand",
-                              peer_.dev, peer_.ethernet ? "Ethernet (RoCE)" : "InfiniBand");
         if (!sender_) SNCCL_TRY(ep_->createResources(peer_.nqps));
         SNCCL_TRY(ep_->connectQps(peer_));
         if (sender_) {

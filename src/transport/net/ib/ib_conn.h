@@ -2,6 +2,7 @@
 // setup that creates it.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -36,10 +37,22 @@ class IbRequest : public Request {
   uint32_t imm = 0;
 };
 
+// A local port one end uses (ib_wire.h: a rail) and the verbs objects on its device.
+struct Rail {
+  const IbPort* port = nullptr;
+  const Verbs* v = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  unsigned unackedEvents = 0;
+  ibv_cq* cq = nullptr;
+  ibv_mr* regionMr = nullptr;  // the end's Region on this device
+  AsyncSink sink;
+};
+
 // The resources and state of one end. Used by one thread at a time (net.h).
 class Endpoint {
  public:
-  Endpoint(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl);
+  // `ports`: the rails, 1..kMaxRails.
+  Endpoint(std::vector<const IbPort*> ports, bool sender, ConnParams params, sock::Socket ctl);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -66,24 +79,30 @@ class Endpoint {
 
   void close(uint32_t abortCode);
   uint32_t peerAbortCode() const { return peerAbort_; }
-  const IbPort* port() const { return port_; }
+  int rails() const { return nrails_; }
+  const IbPort* port(int rail = 0) const { return rails_[size_t(rail)].port; }
   const std::string& what() const { return what_; }
   // The verbs objects, for diagnostics and for tests that inject faults into them.
-  ibv_cq* cq() const { return cq_; }
+  ibv_cq* cq(int rail = 0) const { return rails_[size_t(rail)].cq; }
   const std::vector<ibv_qp*>& qps() const { return qps_; }
 
  private:
   Status progress();
-  Status handleCompletion(const ibv_wc& wc);
+  Status handleCompletion(int rail, const ibv_wc& wc);
   Status checkControl(bool force);
-  Status checkHealth();  // events the device's thread recorded
-  Status checkLink();    // this node's Ethernet interface under the port (RoCE)
+  Status checkHealth();  // events the devices' threads recorded
+  Status checkLink();    // this node's Ethernet interfaces under the ports (RoCE)
   Status fail(Status s);
-  Status completionError(const ibv_wc& wc);
-  int qpIndex(uint32_t qpn) const;
+  Status completionError(int rail, const ibv_wc& wc);
+  int qpIndex(int rail, uint32_t qpn) const;
+  const Rail& railOf(int q) const { return rails_[size_t(qpRail(q, nrails_))]; }
+  const RailMeta& peerRailOf(int q) const { return peer_.rails[qpRail(q, peer_.nrails)]; }
   Status postRecvs(int qp, int count, int kind = 4 /* kRecv */);
+  std::string railPath(int rail, int peerRail) const;
+  std::string linkProblem(std::string* label) const;
 
-  const IbPort* port_;
+  std::array<Rail, kMaxRails> rails_;
+  int nrails_ = 0;
   const Verbs* v_;
   bool sender_;
   ConnParams params_;
@@ -91,19 +110,15 @@ class Endpoint {
   std::string what_;  // "send to 10.0.0.2" for messages
 
   static constexpr int kPendingMax = 16;
-  ibv_comp_channel* channel_ = nullptr;
-  unsigned unackedEvents_ = 0;
   ibv_wc pending_[kPendingMax];  // completions armWait found, handled by the next progress()
+  int pendingRail_[kPendingMax];  // the rail whose queue each came from
   int npending_ = 0;
   int wakeFd_ = -1;              // an eventfd, ready while completions are pending
   bool wakeSet_ = false;
   bool ctlClosed_ = false;       // the peer's end of the control socket is closed
 
   Region* region_ = nullptr;
-  ibv_mr* regionMr_ = nullptr;
-  ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;
-  AsyncSink sink_;
   Meta peer_{};
   uint64_t probeValue_ = 0;
   int probesDone_ = 0;
@@ -126,10 +141,12 @@ class IbRecvComm : public RecvComm {
   std::unique_ptr<Endpoint> ep;
 };
 
+// A registration on every rail of the comm it was made for (one per device).
 class IbMemHandle : public MemHandle {
  public:
-  std::shared_ptr<Hca> hca;
-  ibv_mr* mr = nullptr;
+  std::array<std::shared_ptr<Hca>, kMaxRails> hca;
+  std::array<ibv_mr*, kMaxRails> mr{};
+  int nrails = 0;
 };
 
 // The non-blocking setup of one end: TCP control socket first (the socket net's
@@ -138,7 +155,7 @@ class IbMemHandle : public MemHandle {
 // RoCE fails here with both ends named, not at the first collective.
 class Setup {
  public:
-  Setup(const IbPort* port, bool sender, ConnParams params, sock::Socket ctl);
+  Setup(std::vector<const IbPort*> ports, bool sender, ConnParams params, sock::Socket ctl);
   // The finished endpoint, null while in progress.
   Result<std::unique_ptr<Endpoint>> step();
 

@@ -1,12 +1,16 @@
 // The IB Net: glue between the Net interface and the devices, setup and endpoints.
 #include "transport/net/ib/ib_net.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "common/log.h"
 #include "common/params.h"
 #include "common/socket.h"
 #include "transport/net/ib/ib_conn.h"
+#include "transport/net/socket/rail_order.h"
 #include "transport/net/socket/socket_setup.h"
 #include "transport/net/socket/socket_wire.h"
 
@@ -27,6 +31,7 @@ struct Params {
   GidPolicy gid;
   ConnParams conn;
   bool relaxed = false;
+  int rails = 1;
 };
 
 Result<Params> readParams() {
@@ -45,7 +50,37 @@ Result<Params> readParams() {
     return InvalidArgument("SNCCL_IB_PROBE_TIMEOUT_MS=%lld is out of range 1..3600000", static_cast<long long>(probe));
   p.conn.probeTimeoutMs = int(probe);
   p.relaxed = params::getInt(params::Id::IbPciRelaxedOrdering) == 1;
+  const int64_t rails = params::getInt(params::Id::IbRails);
+  if (rails < 1 || rails > kMaxRails)
+    return InvalidArgument("SNCCL_IB_RAILS=%lld is out of range 1..%d", static_cast<long long>(rails), kMaxRails);
+  if (rails * p.conn.qp.qpsPerConn > kMaxQps)
+    return InvalidArgument("SNCCL_IB_RAILS=%lld with NCCL_IB_QPS_PER_CONNECTION=%d makes %lld queue pairs per "
+                           "connection; at most %d",
+                           static_cast<long long>(rails), p.conn.qp.qpsPerConn,
+                           static_cast<long long>(rails * p.conn.qp.qpsPerConn), kMaxQps);
+  p.rails = int(rails);
   return p;
+}
+
+// The Net devices: groups of up to `rails` ports, one connection striped over each
+// group's ports. With several rails, the ports on the NUMA nodes this process runs on
+// come first (as the socket net orders its interfaces), so each group stays near the
+// rank's memory; with one, a device is a port, in discovery order.
+std::vector<std::vector<const IbPort*>> groupPorts(const std::vector<IbPort>& ports, int rails) {
+  std::vector<size_t> order(ports.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  cpu_set_t affinity;
+  if (rails > 1 && sched_getaffinity(0, sizeof affinity, &affinity) == 0) {
+    std::vector<int> nodes;
+    for (const IbPort& p : ports) nodes.push_back(p.numaNode);
+    order = socknet::localityOrder(nodes, socknet::numaNodesOf("/sys", affinity));
+  }
+  std::vector<std::vector<const IbPort*>> groups;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i % size_t(rails) == 0) groups.emplace_back();
+    groups.back().push_back(&ports[order[i]]);
+  }
+  return groups;
 }
 
 class IbListen : public ListenComm {
@@ -108,24 +143,33 @@ class IbNet : public Net {
     SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
     SNCCL_ASSIGN_OR_RETURN(ports_, discoverPorts(verbs_, params_.filter, params_.gid, params_.relaxed, nullptr));
     if (ports_.empty()) SN_INFO(log::kNet | log::kInit, "NET/IB : no active RDMA port (NCCL_IB_HCA filters them)");
+    devs_ = groupPorts(ports_, params_.rails);
+    for (size_t d = 0; d < devs_.size() && devs_[d].size() > 1; ++d)
+      SN_INFO(log::kNet | log::kInit, "NET/IB : device %zu stripes each connection over %s", d, devName(d).c_str());
     return OkStatus();
   }
 
-  int devices() const override { return int(ports_.size()); }
+  int devices() const override { return int(devs_.size()); }
 
+  // A device's properties are its first port's (the nearest), with the rails' names and
+  // speeds summed.
   Status getProperties(int dev, Properties* p) const override {
     SNCCL_TRY(checkDev(dev));
-    const IbPort& port = ports_[size_t(dev)];
+    const IbPort& port = *devs_[size_t(dev)].front();
     *p = Properties{};
-    p->name = port.hca->name();
+    p->name = devName(size_t(dev));
     p->pciPath = port.pciPath;
     p->netdev = port.netdev;
     p->guid = port.guid;
     p->ptrSupport = kPtrHost;
-    p->speedMbps = port.speedMbps;
+    p->speedMbps = 0;
+    p->maxComms = port.hca->maxQp() / params_.conn.qp.qpsPerConn;
+    for (const IbPort* rail : devs_[size_t(dev)]) {
+      p->speedMbps += rail->speedMbps;
+      p->maxComms = std::min(p->maxComms, rail->hca->maxQp() / params_.conn.qp.qpsPerConn);
+    }
     p->port = port.port;
     p->latencyUs = 0;
-    p->maxComms = port.hca->maxQp() / params_.conn.qp.qpsPerConn;
     p->maxRecvs = 1;
     p->maxP2pBytes = size_t(1) << 30;
     p->imm = true;
@@ -181,7 +225,7 @@ class IbNet : public Net {
     if (!l->setup) {
       SNCCL_ASSIGN_OR_RETURN(auto socks, l->tcp->tryAccept());
       if (socks.empty()) return OkStatus();
-      l->setup = std::make_unique<Setup>(&ports_[size_t(l->dev)], false, params_.conn, std::move(socks[0]));
+      l->setup = std::make_unique<Setup>(devs_[size_t(l->dev)], false, params_.conn, std::move(socks[0]));
     }
     Result<std::unique_ptr<Endpoint>> ep = l->setup->step();
     if (!ep.ok()) {
@@ -206,18 +250,26 @@ class IbNet : public Net {
     if (type != kPtrHost) return InvalidArgument("NET/IB: only host memory can be registered (type %d)", type);
     Endpoint* ep = endpointOf(comm);
     if (ep == nullptr) return InvalidArgument("NET/IB: regMr on a comm that is not a send or receive comm");
-    SNCCL_ASSIGN_OR_RETURN(ibv_mr * mr, ep->port()->hca->acquireMr(data, size));
-    auto* h = new IbMemHandle();
-    h->hca = ep->port()->hca;
-    h->mr = mr;
-    *mh = h;
+    // One registration per rail: each device has its own keys.
+    auto h = std::make_unique<IbMemHandle>();
+    for (int i = 0; i < ep->rails(); ++i) {
+      Result<ibv_mr*> mr = ep->port(i)->hca->acquireMr(data, size);
+      if (!mr.ok()) {
+        release(h.get());
+        return mr.status();
+      }
+      h->hca[size_t(i)] = ep->port(i)->hca;
+      h->mr[size_t(i)] = mr.value();
+      h->nrails = i + 1;
+    }
+    *mh = h.release();
     return OkStatus();
   }
 
   Status deregMr(Comm*, MemHandle* mh) override {
     auto* h = static_cast<IbMemHandle*>(mh);
     if (h == nullptr) return OkStatus();
-    h->hca->releaseMr(h->mr);
+    release(h);
     delete h;
     return OkStatus();
   }
@@ -289,7 +341,7 @@ class IbNet : public Net {
     if (!st->setup) {
       SNCCL_ASSIGN_OR_RETURN(auto socks, st->tcp->step());
       if (socks.empty()) return OkStatus();
-      st->setup = std::make_unique<Setup>(&ports_[size_t(st->dev)], true, params_.conn, std::move(socks[0]));
+      st->setup = std::make_unique<Setup>(devs_[size_t(st->dev)], true, params_.conn, std::move(socks[0]));
     }
     SNCCL_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, st->setup->step());
     if (!ep) return OkStatus();
@@ -300,9 +352,21 @@ class IbNet : public Net {
   }
 
   Status checkDev(int dev) const {
-    if (dev < 0 || dev >= int(ports_.size()))
-      return InvalidArgument("NET/IB: device %d does not exist (%zu devices)", dev, ports_.size());
+    if (dev < 0 || dev >= int(devs_.size()))
+      return InvalidArgument("NET/IB: device %d does not exist (%zu devices)", dev, devs_.size());
     return OkStatus();
+  }
+
+  // "mlx5_0" for a device of one port, "mlx5_0+mlx5_1" for one of several.
+  std::string devName(size_t dev) const {
+    std::string name;
+    for (const IbPort* p : devs_[dev]) name += (name.empty() ? "" : "+") + p->hca->name();
+    return name;
+  }
+
+  static void release(IbMemHandle* h) {
+    for (int i = 0; i < h->nrails; ++i) h->hca[size_t(i)]->releaseMr(h->mr[size_t(i)]);
+    h->nrails = 0;
   }
 
   const Verbs* verbs_;
@@ -311,6 +375,7 @@ class IbNet : public Net {
   sock::Interface iface_;
   socknet::SocketTuning tuning_;
   std::vector<IbPort> ports_;
+  std::vector<std::vector<const IbPort*>> devs_;  // pointers into ports_
 };
 
 }  // namespace

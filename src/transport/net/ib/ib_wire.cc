@@ -9,11 +9,12 @@ static_assert(snccl::net::ib::kMaxQps <= 32, "recordProblem keeps a bit per part
 namespace snccl::net::ib {
 
 std::string metaProblem(Meta* m) {
-  m->dev[sizeof m->dev - 1] = '\0';
+  for (RailMeta& r : m->rails) r.dev[sizeof r.dev - 1] = '\0';
   if (m->magic != kMetaMagic || m->version != kMetaVersion)
     return format("the peer is not an IB net of version %u (magic %08x, version %u)", unsigned(kMetaVersion), m->magic,
                   unsigned(m->version));
   if (m->nqps < 1 || m->nqps > kMaxQps) return format("the peer asks for %u queue pairs", unsigned(m->nqps));
+  if (m->nrails < 1 || m->nrails > kMaxRails) return format("the peer has %u rails", unsigned(m->nrails));
   return {};
 }
 

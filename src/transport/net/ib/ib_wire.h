@@ -2,10 +2,15 @@
 // metadata they exchange over the connection's TCP control socket.
 //
 // A connection is `nqps` RC queue pairs between a sender and a receiver, and one TCP
-// socket (the out-of-band path: setup, goodbye, failure notices). Each end owns one
-// registered Region the other end writes into:
-//  - The receiver grants a credit by RDMA-writing a CtsEntry {address, size, rkey, tag,
-//    idx} into fifo[seq % kSlots] of the sender's Region: one posted receive, one credit.
+// socket (the out-of-band path: setup, goodbye, failure notices). Each end uses 1 to
+// kMaxRails local ports (rails, possibly on different devices: SNCCL_IB_RAILS); queue
+// pair q is on this end's rail q % (its rails) and the peer's rail q % (the peer's
+// rails), so that rail i of one node talks to rail i of the other. Each end owns one
+// Region the other end writes into, registered once per rail (each device has its own
+// protection domain and keys):
+//  - The receiver grants a credit by RDMA-writing a CtsEntry {address, size, a remote key
+//    per rail, tag, idx} into fifo[seq % kSlots] of the sender's Region: one posted
+//    receive, one credit.
 //    The write carries immediate data, so that it consumes one of the zero-length
 //    receives the sender keeps posted on its first queue pair and a sender asleep
 //    waiting for a credit gets a completion event.
@@ -27,17 +32,19 @@
 namespace snccl::net::ib {
 
 constexpr int kSlots = 64;    // requests in flight per comm, = credits
-constexpr int kMaxQps = 16;   // NCCL_IB_QPS_PER_CONNECTION's upper bound
+constexpr int kMaxQps = 16;   // queue pairs per connection: NCCL_IB_QPS_PER_CONNECTION x rails
+constexpr int kMaxRails = 4;  // SNCCL_IB_RAILS's upper bound
 constexpr size_t kPartAlign = 128;
 
 struct CtsEntry {
   uint64_t addr;
   uint64_t size;
-  uint32_t rkey;
+  uint32_t rkey[kMaxRails];  // the buffer's key on each of the receiver's rails
   int32_t tag;
+  uint32_t reserved;
   uint64_t idx;  // seq + 1; written last (it is the last field of one RDMA write)
 };
-static_assert(sizeof(CtsEntry) == 32);
+static_assert(sizeof(CtsEntry) == 48);
 
 struct DoneRecord {
   uint64_t seq;
@@ -63,31 +70,42 @@ inline int immSlot(uint32_t imm) { return int(imm & 0xffff); }
 inline uint16_t immSeq16(uint32_t imm) { return uint16_t(imm >> 16); }
 
 constexpr uint32_t kMetaMagic = 0x736e4962;  // "sNIb"
-constexpr uint16_t kMetaVersion = 1;
+constexpr uint16_t kMetaVersion = 2;
+
+// One rail (local port) of an end, as the peer needs it to reach it.
+struct RailMeta {
+  uint8_t ethernet;
+  uint8_t mtu;  // ibv_mtu
+  uint16_t lid;
+  uint32_t gidIndex;
+  uint8_t gid[16];
+  uint32_t regionRkey;  // the end's Region on this rail's device
+  uint16_t port;
+  uint16_t reserved;
+  char dev[64];
+};
 
 // One end's connection metadata, sent once each way over the control socket.
 struct Meta {
   uint32_t magic;
   uint16_t version;
   uint16_t nqps;
-  uint8_t ethernet;
-  uint8_t mtu;        // ibv_mtu
-  uint16_t lid;
-  uint32_t gidIndex;
-  uint8_t gid[16];
-  uint64_t regionAddr;
-  uint32_t regionRkey;
+  uint16_t nrails;
   uint8_t tc;
   uint8_t sl;
-  uint16_t port;
+  uint32_t reserved;
+  uint64_t regionAddr;
   uint64_t probeValue;  // what this end's probe writes into the peer's probeIn
-  char dev[64];
+  RailMeta rails[kMaxRails];
   uint32_t qpn[kMaxQps];
 };
 
+// The rail queue pair q uses at an end with `nrails` rails.
+inline int qpRail(int q, int nrails) { return q % nrails; }
+
 // The checks of what the peer wrote, which this end cannot trust (ib_wire.cc).
-// Its metadata: "" when it can be a peer's (magic, version, 1..kMaxQps queue pairs); the
-// device name is NUL-terminated in place either way.
+// Its metadata: "" when it can be a peer's (magic, version, 1..kMaxQps queue pairs,
+// 1..kMaxRails rails); the device names are NUL-terminated in place either way.
 std::string metaProblem(Meta* m);
 
 // How the sender cuts a message of `size` bytes over `nqps` queue pairs: messages from
