@@ -1,14 +1,18 @@
 // The IB net's checks of what a peer writes (transport/net/ib/ib_wire.h): the connection
 // metadata sent over the control socket and the records RDMA-written into the receiver's
-// memory. For any bytes: accepted metadata has a usable queue pair count and a terminated
-// device name; a record is accepted only if the sender's split could have made it. And the
-// other way round: every record the sender writes for a message (splitParts, partQp) is
-// accepted in its order, its parts tile the message, and none is accepted twice.
+// memory. For any bytes: accepted metadata has usable queue pair and rail counts and
+// terminated device names; a record is accepted only if the sender's split could have
+// made it. And the other way round: every record the sender writes for a message
+// (splitParts, partQp) is accepted in its order, its parts tile the message, and none is
+// accepted twice; the adaptive cut (splitByRate, any rates and backlogs) makes the same
+// number of parts, aligned, covering the message.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 
 #include "fuzz_check.h"
+#include "transport/net/ib/ib_split.h"
 #include "transport/net/ib/ib_wire.h"
 
 namespace ib = snccl::net::ib;
@@ -19,9 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&m, data, sizeof m);
   data += sizeof m;
   size -= sizeof m;
-  if (ib::metaProblem(&m).empty())
+  if (ib::metaProblem(&m).empty()) {
     FUZZ_CHECK(m.nqps >= 1 && m.nqps <= ib::kMaxQps, "accepted %u queue pairs", unsigned(m.nqps));
-  FUZZ_CHECK(std::memchr(m.dev, 0, sizeof m.dev) != nullptr, "device name not terminated");
+    FUZZ_CHECK(m.nrails >= 1 && m.nrails <= ib::kMaxRails, "accepted %u rails", unsigned(m.nrails));
+  }
+  for (const ib::RailMeta& r : m.rails)
+    FUZZ_CHECK(std::memchr(r.dev, 0, sizeof r.dev) != nullptr, "device name not terminated");
 
   // One message the sender splits: seq, size, queue pairs, split threshold.
   uint64_t seq = 0, msgSize = 0;
@@ -55,6 +62,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     seen |= 1u << part;
   }
   FUZZ_CHECK(covered == msgSize, "the parts cover %zu of %llu bytes", covered, (unsigned long long)msgSize);
+
+  // The adaptive cut of the same message, with rates and backlogs from the input bytes
+  // (rates up to 2^32 bytes/s, 0 = unknown; backlogs up to 2^31 bytes).
+  if (size >= size_t(nqps) * 8) {
+    double rates[ib::kMaxQps];
+    size_t backlog[ib::kMaxQps], lens[ib::kMaxQps];
+    for (int q = 0; q < nqps; ++q) {
+      uint32_t r = 0, b = 0;
+      std::memcpy(&r, data + 8 * q, 4);
+      std::memcpy(&b, data + 8 * q + 4, 4);
+      rates[q] = double(r);
+      backlog[q] = b >> 1;
+    }
+    const int n = ib::splitByRate(size_t(msgSize), nqps, splitBytes, std::span<const double>(rates, size_t(nqps)),
+                                  std::span<const size_t>(backlog, size_t(nqps)), lens);
+    FUZZ_CHECK(n == nparts || n == nqps, "the adaptive cut made %d parts (equal: %d, queue pairs %d)", n, nparts, nqps);
+    size_t sum = 0;
+    for (int i = 0; i < n; ++i) {
+      FUZZ_CHECK(lens[i] <= msgSize, "adaptive part %d of %zu bytes", i, lens[i]);
+      if (n > 1 && i + 1 < n)
+        FUZZ_CHECK(lens[i] > 0 && lens[i] % ib::kPartAlign == 0, "adaptive part %d of %zu bytes", i, lens[i]);
+      sum += lens[i];
+    }
+    FUZZ_CHECK(sum == msgSize, "the adaptive parts cover %zu of %llu bytes", sum, (unsigned long long)msgSize);
+  }
 
   // Records as a hostile peer writes them, after the first of a message.
   for (; size >= sizeof(ib::DoneRecord) + 1; data += sizeof(ib::DoneRecord) + 1, size -= sizeof(ib::DoneRecord) + 1) {

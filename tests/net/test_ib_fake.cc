@@ -135,6 +135,20 @@ struct Fixture {
   }
 };
 
+// Closes the connection and the net: every verbs object is released, and the fake saw
+// no misuse.
+void expectAllReleased(Fixture* f) {
+  f->close();
+  f->net.reset();
+  snccl::test::FakeCounts c = f->fabric.counts();
+  EXPECT_EQ(c.qps, 0);
+  EXPECT_EQ(c.cqs, 0);
+  EXPECT_EQ(c.mrs, 0);
+  EXPECT_EQ(c.pds, 0);
+  EXPECT_EQ(c.contexts, 0);
+  EXPECT_TRUE(f->fabric.misuse().empty()) << f->fabric.misuse().front();
+}
+
 TEST(IbFake, QueuePairsGetTheAttributesTheParametersAskFor) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.open());
@@ -170,15 +184,7 @@ TEST(IbFake, MessagesArriveAndEverythingIsReleasedOnClose) {
     EXPECT_EQ(imm, uint32_t(n) | 0x80000000u);
     EXPECT_EQ(std::memcmp(f.src.data(), f.dst.data(), n), 0);
   }
-  f.close();
-  f.net.reset();
-  snccl::test::FakeCounts c = f.fabric.counts();
-  EXPECT_EQ(c.qps, 0);
-  EXPECT_EQ(c.cqs, 0);
-  EXPECT_EQ(c.mrs, 0);
-  EXPECT_EQ(c.pds, 0);
-  EXPECT_EQ(c.contexts, 0);
-  EXPECT_TRUE(f.fabric.misuse().empty()) << f.fabric.misuse().front();
+  expectAllReleased(&f);
 }
 
 // A range is registered once per device: a second registration it covers (from the
@@ -390,13 +396,7 @@ TEST(IbFake, TwoDevicesCarryOneConnection) {
     EXPECT_TRUE(contains(s.message(), want)) << "lacks '" << want << "': " << s.message();
   Status rs = f.wait(rr, &done, nullptr, nullptr, 5);
   EXPECT_FALSE(rs.ok()) << "the receiver was not told";
-  f.close();
-  f.net.reset();
-  snccl::test::FakeCounts c = f.fabric.counts();
-  EXPECT_EQ(c.qps, 0);
-  EXPECT_EQ(c.mrs, 0);
-  EXPECT_EQ(c.cqs, 0);
-  EXPECT_TRUE(f.fabric.misuse().empty()) << f.fabric.misuse().front();
+  expectAllReleased(&f);
 }
 
 }  // namespace

@@ -9,17 +9,18 @@
 #
 # Usage:
 #   rxe_vm.sh single [-t SECONDS] [-m MB] [-s SMP] [-d 1|2] [-q] [-v] -- 'COMMAND'
-#   rxe_vm.sh pair   [-t SECONDS] [-m MB] [-s SMP] [-q] [-v] -- 'CMD_A' 'CMD_B'
+#   rxe_vm.sh pair   [-t SECONDS] [-m MB] [-s SMP] [-d 1|2] [-q] [-v] -- 'CMD_A' 'CMD_B'
 #   rxe_vm.sh prepare [-t SECONDS]     installs the packages and fills the cache, boots nothing
 #
 # single: one guest ("rxe-vm"); rxe0 on dummy0 10.99.0.1/24, mtu 4200 (loopback RoCE: two
 #   processes or two QPs in the guest talk through rxe0). Defaults: -m 2048, -s 2.
 #   -d 2: a second device, rxe1 on dummy1 10.99.1.1/24 (each device loops back to
-#   itself: a connection with a queue pair on each uses both, as on a node with two NICs).
+#   itself: a connection with a queue pair on each uses both).
 # pair: two guests ("vm-a" and "vm-b") whose virtio eth0 are joined by a QEMU socket netdev
 #   on a free 127.0.0.1 port; rxe0 on eth0, A = 10.98.0.1/24, B = 10.98.0.2/24, mtu 4200.
 #   The commands start together, once rxe0 is up in both guests. Defaults: -m 1536, -s 1
-#   (per guest).
+#   (per guest). -d 2: a second link, eth1 of A (10.97.0.1/24) to eth1 of B (10.97.0.2/24)
+#   over its own socket netdev, with rxe1 on it: two nodes with two NICs each.
 #   -t SECONDS  bound on the whole run, preparation included (default 600). When it runs
 #               out, the guests are killed and the exit status is 124.
 #   -m MB, -s N memory and CPUs of each guest.
@@ -370,7 +371,7 @@ make_rxe() {
 make_rxe rxe0 "$IFNAME" "$ADDR"
 if ((NDEV > 1)); then
   rxe0_gid=$gid_index
-  make_rxe rxe1 dummy1 10.99.1.1
+  make_rxe rxe1 "$IFNAME2" "$ADDR2"
   gid_index=$rxe0_gid
 fi
 
@@ -393,12 +394,13 @@ bash -c "$(<"$R/$role.cmd")" </dev/null >>"$R/$role.out" 2>>"$R/$role.err"
 note rc "$?"
 EOF
 
-# write_role ROLE NAME ADDR IFNAME [PEER_ROLE PEER_ADDR RANK]: the role's files in the run dir
+# write_role ROLE NAME ADDR IFNAME ADDR2 IFNAME2 [PEER_ROLE PEER_ADDR RANK]: the role's
+# files in the run dir (ADDR2 and IFNAME2: rxe1's, with -d 2)
 write_role() {
-  local role=$1 name=$2 addr=$3 ifname=$4 peer_role=${5:-} peer_addr=${6:-} rank=${7:-}
+  local role=$1 name=$2 addr=$3 ifname=$4 addr2=$5 ifname2=$6 peer_role=${7:-} peer_addr=${8:-} rank=${9:-}
   {
-    printf 'MODE=%q NAME=%q ADDR=%q IFNAME=%q CWD=%q PEER_ROLE=%q NDEV=%q\n' \
-      "$mode" "$name" "$addr" "$ifname" "$PWD" "$peer_role" "$ndev"
+    printf 'MODE=%q NAME=%q ADDR=%q IFNAME=%q CWD=%q PEER_ROLE=%q NDEV=%q ADDR2=%q IFNAME2=%q\n' \
+      "$mode" "$name" "$addr" "$ifname" "$PWD" "$peer_role" "$ndev" "$addr2" "$ifname2"
   } >"$RUN/$role.env"
   {
     printf 'SNCCL_RXE_MODE=%q\nSNCCL_RXE_DEV=rxe0\nSNCCL_RXE_NDEV=%q\nSNCCL_RXE_ADDR=%q\nSNCCL_RXE_IFNAME=%q\n' \
@@ -426,11 +428,11 @@ write_run_dir() {
     [[ -v $name ]] && printf '%s=%q\n' "$name" "${!name}" >>"$RUN/pass.env"
   done
   if [[ $mode == single ]]; then
-    write_role a rxe-vm 10.99.0.1 dummy0
+    write_role a rxe-vm 10.99.0.1 dummy0 10.99.1.1 dummy1
     printf '%s\n' "${commands[0]}" >"$RUN/a.cmd"
   else
-    write_role a vm-a 10.98.0.1 eth0 b 10.98.0.2 0
-    write_role b vm-b 10.98.0.2 eth0 a 10.98.0.1 1
+    write_role a vm-a 10.98.0.1 eth0 10.97.0.1 eth1 b 10.98.0.2 0
+    write_role b vm-b 10.98.0.2 eth0 10.97.0.2 eth1 a 10.98.0.1 1
     printf '%s\n' "${commands[0]}" >"$RUN/a.cmd"
     printf '%s\n' "${commands[1]}" >"$RUN/b.cmd"
   fi
@@ -486,30 +488,44 @@ free_port() {
   return 1
 }
 
-# launch_pair: A listens on a free port, B connects to it. A port taken between the check
-# and QEMU's bind makes A exit at once; then another port is tried.
+# listening PORT...: whether every PORT has a listener on this host
+listening() {
+  local p
+  for p in "$@"; do [[ -n $(ss -Htln "sport = :$p") ]] || return 1; done
+}
+
+# launch_pair: A listens on a free port (two with -d 2: one link per NIC), B connects to
+# it. A port taken between the check and QEMU's bind makes A exit at once; then other
+# ports are tried.
 launch_pair() {
-  local port i
+  local i port ports nic a_args b_args
   for _ in 1 2 3 4 5; do
-    port=$(free_port) || die "no free TCP port on 127.0.0.1"
-    launch a -netdev "socket,id=n0,listen=127.0.0.1:$port" \
-      -device "virtio-net-pci,netdev=n0,mac=52:54:00:98:00:01,romfile="
+    ports=() a_args=() b_args=()
+    for ((nic = 0; nic < ndev; nic++)); do
+      port=$(free_port) || die "no free TCP port on 127.0.0.1"
+      [[ " ${ports[*]} " == *" $port "* ]] && { ((nic--)); continue; }
+      ports+=("$port")
+      a_args+=(-netdev "socket,id=n$nic,listen=127.0.0.1:${ports[nic]}"
+               -device "virtio-net-pci,netdev=n$nic,mac=52:54:00:9$((8 - nic)):00:01,romfile=")
+      b_args+=(-netdev "socket,id=n$nic,connect=127.0.0.1:${ports[nic]}"
+               -device "virtio-net-pci,netdev=n$nic,mac=52:54:00:9$((8 - nic)):00:02,romfile=")
+    done
+    launch a "${a_args[@]}"
     for ((i = 0; i < 100; i++)); do
-      [[ -n $(ss -Htln "sport = :$port") ]] && break
+      listening "${ports[@]}" && break
       kill -0 "${qpid[a]}" 2>/dev/null || break
       sleep 0.1
     done
-    if [[ -n $(ss -Htln "sport = :$port") ]]; then
-      launch b -netdev "socket,id=n0,connect=127.0.0.1:$port" \
-        -device "virtio-net-pci,netdev=n0,mac=52:54:00:98:00:02,romfile="
-      info "guests vm-a and vm-b joined on 127.0.0.1:$port"
+    if listening "${ports[@]}"; then
+      launch b "${b_args[@]}"
+      info "guests vm-a and vm-b joined on 127.0.0.1:${ports[*]}"
       return 0
     fi
     stop_guest a
     wait "${qpid[a]}" 2>/dev/null || true
     grep -q 'in use' "$RUN/a.qemu.log" || { cat "$RUN/a.qemu.log" >&2; die "QEMU (vm-a) did not start"; }
   done
-  die "no free TCP port for the guests' link after 5 tries"
+  die "no free TCP ports for the guests' links after 5 tries"
 }
 
 stop_guest() {  # ROLE
@@ -658,7 +674,7 @@ case $mode in
   prepare) ((${#commands[@]} == 0)) || die "prepare takes no command" ;;
 esac
 [[ $mem =~ ^[0-9]*$ && $smp =~ ^[0-9]*$ ]] || die "-m and -s want numbers"
-[[ $ndev == 1 || ($ndev == 2 && $mode == single) ]] || die "-d wants 1, or 2 in single mode"
+[[ $ndev == 1 || $ndev == 2 ]] || die "-d wants 1 or 2"
 grace=${SNCCL_RXE_PEER_GRACE:-30}
 [[ $grace =~ ^[0-9]+$ ]] || die "SNCCL_RXE_PEER_GRACE wants a number of seconds"
 deadline=$((SECONDS + limit))

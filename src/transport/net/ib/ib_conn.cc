@@ -67,6 +67,10 @@ std::string gidText(const uint8_t raw[16]) {
   return gidString(a);
 }
 
+double nowSec() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 uint64_t randomNonzero() {
   std::random_device rd;
   uint64_t v = 0;
@@ -129,6 +133,7 @@ Status Endpoint::createResources(int nqps) {
   // Outstanding completions: receiver kSlots credit writes + kSlots x nqps records;
   // sender kSlots x nqps record writes + kCreditRecvs credit receives; probes.
   const int cqe = kSlots * (nqps + 2) + 2 * nqps + 32;
+  rates_ = QpRates(nqps);
   for (int i = 0; i < nrails_; ++i) {
     Rail& r = rails_[size_t(i)];
     SNCCL_ASSIGN_OR_RETURN(r.regionMr, r.port->hca->acquireMr(region_, sizeof(Region)));
@@ -372,6 +377,7 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
       if (!sender_ || !r.live || r.complete || r.partsDone >= r.nparts)
         return fail(InternalError("NET/IB: %s: a send completion (QP 0x%x, slot %d, part %d) matches no request in "
                                   "flight", what_.c_str(), wc.qp_num, wrSlot(wc.wr_id), wrPart(wc.wr_id)));
+      if (params_.adaptive) rates_.completed(partQp(r.seq, wrPart(wc.wr_id), r.nparts, int(qps_.size())), nowSec());
       if (++r.partsDone == r.nparts) r.complete = true;
       return OkStatus();
     }
@@ -551,13 +557,29 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
     return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
   const int nqps = int(qps_.size());
-  size_t chunk = size;
-  const int nparts = splitParts(size, nqps, params_.qp.splitBytes, &chunk);
-  for (int part = 0; part < nparts; ++part) {
+  size_t lens[kMaxQps];
+  double now = 0;
+  int nparts = 0;
+  if (params_.adaptive) {
+    now = nowSec();
+    double rates[kMaxQps];
+    size_t backlog[kMaxQps];
+    for (int q = 0; q < nqps; ++q) {
+      rates[q] = rates_.rate(q, now);
+      backlog[q] = rates_.outstanding(q);
+    }
+    nparts = splitByRate(size, nqps, params_.qp.splitBytes, std::span<const double>(rates, size_t(nqps)),
+                         std::span<const size_t>(backlog, size_t(nqps)), lens);
+  } else {
+    nparts = splitEqual(size, nqps, params_.qp.splitBytes, lens);
+  }
+  size_t off = 0;
+  for (int part = 0; part < nparts; off += lens[part], ++part) {
     const int q = partQp(seq, part, nparts, nqps);
     const int rail = qpRail(q, nrails_);
-    const size_t off = size_t(part) * chunk;
-    const size_t len = std::min(chunk, size - std::min(size, off));
+    const size_t len = lens[part];
+    if (params_.adaptive) rates_.posted(q, len, now);
+    qpBytes_[q] += len;
     DoneRecord& rec = region_->records[slot][q];
     rec = DoneRecord{seq, size, imm, uint16_t(nparts), uint16_t(part), 0};
     ibv_sge sges[2];
@@ -688,6 +710,15 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
 }
 
 void Endpoint::close(uint32_t abortCode) {
+  if (sender_ && qps_.size() > 1 && posted_ > 0) {
+    // How the striping spread the bytes (adaptive routing gives a slow rail less).
+    std::string spread;
+    for (size_t q = 0; q < qps_.size(); ++q)
+      spread += format("%s%llu (%s)", q > 0 ? ", " : "", static_cast<unsigned long long>(qpBytes_[q]),
+                       railOf(int(q)).port->label().c_str());
+    SN_INFO(log::kNet, "NET/IB : %s: %llu messages, bytes per queue pair: %s", what_.c_str(),
+            static_cast<unsigned long long>(posted_), spread.c_str());
+  }
   if (ctl_.valid()) {
     CtlFrame f{uint32_t(abortCode != 0 ? Ctl::kAbort : Ctl::kBye), abortCode};
     ssize_t w = ::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -10,6 +10,7 @@
 
 #include "common/socket.h"
 #include "transport/net/ib/ib_device.h"
+#include "transport/net/ib/ib_split.h"
 #include "transport/net/ib/ib_wire.h"
 #include "transport/net/net.h"
 
@@ -17,6 +18,7 @@ namespace snccl::net::ib {
 
 struct ConnParams {
   QpParams qp;
+  bool adaptive = false;  // a sender cuts messages by each queue pair's rate (ib_split.h)
   int probeTimeoutMs = 10000;
   int lingerMs = 1000;
 };
@@ -119,6 +121,8 @@ class Endpoint {
 
   Region* region_ = nullptr;
   std::vector<ibv_qp*> qps_;
+  QpRates rates_{1};  // sender, adaptive: what each queue pair delivers
+  uint64_t qpBytes_[kMaxQps] = {};  // sender: bytes posted on each queue pair
   Meta peer_{};
   uint64_t probeValue_ = 0;
   int probesDone_ = 0;

@@ -10,6 +10,7 @@
 #include "common/params.h"
 #include "common/socket.h"
 #include "transport/net/ib/ib_conn.h"
+#include "transport/net/routing.h"
 #include "transport/net/socket/rail_order.h"
 #include "transport/net/socket/socket_setup.h"
 #include "transport/net/socket/socket_wire.h"
@@ -32,6 +33,7 @@ struct Params {
   ConnParams conn;
   bool relaxed = false;
   int rails = 1;
+  Routing routing = Routing::kAuto;
 };
 
 Result<Params> readParams() {
@@ -59,6 +61,7 @@ Result<Params> readParams() {
                            static_cast<long long>(rails), p.conn.qp.qpsPerConn,
                            static_cast<long long>(rails * p.conn.qp.qpsPerConn), kMaxQps);
   p.rails = int(rails);
+  SNCCL_ASSIGN_OR_RETURN(p.routing, routingFromParams());
   return p;
 }
 
@@ -145,7 +148,8 @@ class IbNet : public Net {
     if (ports_.empty()) SN_INFO(log::kNet | log::kInit, "NET/IB : no active RDMA port (NCCL_IB_HCA filters them)");
     devs_ = groupPorts(ports_, params_.rails);
     for (size_t d = 0; d < devs_.size() && devs_[d].size() > 1; ++d)
-      SN_INFO(log::kNet | log::kInit, "NET/IB : device %zu stripes each connection over %s", d, devName(d).c_str());
+      SN_INFO(log::kNet | log::kInit, "NET/IB : device %zu stripes each connection over %s, %s routing", d,
+              devName(d).c_str(), connParams(int(d)).adaptive ? "adaptive" : "static");
     return OkStatus();
   }
 
@@ -225,7 +229,7 @@ class IbNet : public Net {
     if (!l->setup) {
       SNCCL_ASSIGN_OR_RETURN(auto socks, l->tcp->tryAccept());
       if (socks.empty()) return OkStatus();
-      l->setup = std::make_unique<Setup>(devs_[size_t(l->dev)], false, params_.conn, std::move(socks[0]));
+      l->setup = std::make_unique<Setup>(devs_[size_t(l->dev)], false, connParams(l->dev), std::move(socks[0]));
     }
     Result<std::unique_ptr<Endpoint>> ep = l->setup->step();
     if (!ep.ok()) {
@@ -341,7 +345,7 @@ class IbNet : public Net {
     if (!st->setup) {
       SNCCL_ASSIGN_OR_RETURN(auto socks, st->tcp->step());
       if (socks.empty()) return OkStatus();
-      st->setup = std::make_unique<Setup>(devs_[size_t(st->dev)], true, params_.conn, std::move(socks[0]));
+      st->setup = std::make_unique<Setup>(devs_[size_t(st->dev)], true, connParams(st->dev), std::move(socks[0]));
     }
     SNCCL_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, st->setup->step());
     if (!ep) return OkStatus();
@@ -362,6 +366,13 @@ class IbNet : public Net {
     std::string name;
     for (const IbPort* p : devs_[dev]) name += (name.empty() ? "" : "+") + p->hca->name();
     return name;
+  }
+
+  // Adaptive routing (SNCCL_ROUTING) by default on a device of several rails.
+  ConnParams connParams(int dev) const {
+    ConnParams c = params_.conn;
+    c.adaptive = routesAdaptively(params_.routing, devs_[size_t(dev)].size());
+    return c;
   }
 
   static void release(IbMemHandle* h) {

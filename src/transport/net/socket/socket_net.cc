@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/socket.h"
+#include "transport/net/routing.h"
 #include "transport/net/socket/multipath_conn.h"
 #include "transport/net/socket/rail_order.h"
 #include "transport/net/socket/socket_conn.h"
@@ -165,16 +166,8 @@ class SocketNet : public Net {
     nstreams_ = socketStreamsFromParams(params::getIntClamped(params::Id::SocketNthreads, 1, 16),
                                         params::getIntClamped(params::Id::NsocksPerThread, 1, sockwire::kMaxStreams));
     SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
-    const std::string routing = params::getString(params::Id::Routing);
-    if (routing == "adaptive") {
-      adaptive_ = true;
-    } else if (routing == "static") {
-      adaptive_ = false;
-    } else if (routing == "auto" || routing.empty()) {
-      adaptive_ = rails_.size() > 1;
-    } else {
-      return InvalidArgument("SNCCL_ROUTING=%s: expected adaptive, static or auto", routing.c_str());
-    }
+    SNCCL_ASSIGN_OR_RETURN(const Routing routing, routingFromParams());
+    adaptive_ = routesAdaptively(routing, rails_.size());
     mpConfig_.chunkBytes = size_t(params::getIntClamped(params::Id::SocketChunkSize, 4096, 16 << 20));
     mpConfig_.stallMs = int(params::getIntClamped(params::Id::SocketPathTimeout, 100, 600000));
     std::string names;
