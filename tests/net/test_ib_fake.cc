@@ -7,6 +7,7 @@
 // itself is tested on a real device (tests/rdma).
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "transport/net/ib/ib_conn.h"
 #include "transport/net/ib/ib_net.h"
 #include "transport/net/ib/ib_wire.h"
+#include "transport/net/socket/rail_order.h"
 
 namespace {
 
@@ -397,6 +399,33 @@ TEST(IbFake, TwoDevicesCarryOneConnection) {
   Status rs = f.wait(rr, &done, nullptr, nullptr, 5);
   EXPECT_FALSE(rs.ok()) << "the receiver was not told";
   expectAllReleased(&f);
+}
+
+// With several rails, the ports on the NUMA nodes this process runs on come first in a
+// device (as the socket net orders its interfaces): fake0 on another node, fake1 on this
+// one, makes the device "fake1+fake0".
+TEST(IbFake, RailsNearTheProcessComeFirst) {
+  cpu_set_t affinity;
+  ASSERT_EQ(sched_getaffinity(0, sizeof affinity, &affinity), 0);
+  const std::vector<int> local = snccl::net::socknet::numaNodesOf("/sys", affinity);
+  if (local.empty()) GTEST_SKIP() << "this machine's sysfs has no NUMA nodes";
+  const int here = local.front();
+  FakeFabric fabric;
+  snccl::test::FakeDevice far;
+  far.name = "fake0";
+  far.ports = {snccl::test::defaultRocePort()};
+  far.numaNode = here + 1000;
+  snccl::test::FakeDevice near = far;
+  near.name = "fake1";
+  near.numaNode = here;
+  fabric.addDevice(far);
+  fabric.addDevice(near);
+  auto n = ib::makeIbNet(fabric.verbs());
+  ASSERT_TRUE(n->init().ok());
+  ASSERT_EQ(n->devices(), 1);
+  net::Properties props;
+  ASSERT_TRUE(n->getProperties(0, &props).ok());
+  EXPECT_EQ(props.name, "fake1+fake0");
 }
 
 }  // namespace
