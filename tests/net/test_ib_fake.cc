@@ -120,6 +120,34 @@ struct Fixture {
     }
     return Status();
   }
+  // Tests both requests until both are done or one fails (returned).
+  Status waitBoth(net::Request* sr, net::Request* rr, size_t* got = nullptr, int seconds = 10) {
+    bool sd = false, rd = false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (!sd || !rd) {
+      if (!sd) SNCCL_TRY(net->test(sr, &sd, nullptr, nullptr));
+      if (!rd) SNCCL_TRY(net->test(rr, &rd, got, nullptr));
+      if (std::chrono::steady_clock::now() > until) {
+        ADD_FAILURE() << "requests neither completed nor failed in " << seconds << " s";
+        break;
+      }
+    }
+    return Status();
+  }
+  // One message of `n` bytes (a pattern from `seed`) through both ends; "" when it
+  // arrived whole.
+  std::string roundTrip(size_t n, int seed) {
+    for (size_t i = 0; i < n; ++i) src[i] = char(i * 5 + n + size_t(seed));
+    std::memset(dst.data(), 0x33, dst.size());
+    net::Request* rr = postRecv(dst.size());
+    net::Request* sr = postSend(n, uint32_t(n));
+    if (rr == nullptr || sr == nullptr) return "not posted";
+    size_t got = 0;
+    Status s = waitBoth(sr, rr, &got);
+    if (!s.ok()) return s.message();
+    if (got != n) return "got " + std::to_string(got) + " of " + std::to_string(n) + " bytes";
+    return std::memcmp(src.data(), dst.data(), n) == 0 ? "" : "payload differs";
+  }
   void close() {
     if (smh != nullptr) (void)net->deregMr(send, smh);
     if (rmh != nullptr) (void)net->deregMr(recv, rmh);
@@ -368,37 +396,47 @@ TEST(IbFake, TwoDevicesCarryOneConnection) {
   }
   // 65536 bytes is SNCCL_IB_SPLIT_BYTES: two parts, one per device; smaller messages
   // alternate between them.
-  for (int round = 0; round < 3; ++round) {
-    for (size_t n : {size_t(0), size_t(1), size_t(4097), size_t(65536)}) {
-      for (size_t i = 0; i < n; ++i) f.src[i] = char(i * 5 + n + size_t(round));
-      std::memset(f.dst.data(), 0x33, f.dst.size());
-      net::Request* rr = f.postRecv(f.dst.size());
-      net::Request* sr = f.postSend(n, uint32_t(n));
-      ASSERT_NE(rr, nullptr);
-      ASSERT_NE(sr, nullptr);
-      bool done = false;
-      size_t got = 0;
-      Status s = f.wait(sr, &done);
-      ASSERT_TRUE(s.ok()) << s.message();
-      s = f.wait(rr, &done, &got);
-      ASSERT_TRUE(s.ok()) << s.message();
-      EXPECT_EQ(got, n);
-      EXPECT_EQ(std::memcmp(f.src.data(), f.dst.data(), n), 0) << n << " bytes";
-    }
-  }
-  ibv_qp* second = f.sendEp()->qps()[1];
-  f.fabric.failNextSend(second->qp_num, IBV_WC_RETRY_EXC_ERR);
+  for (int round = 0; round < 3; ++round)
+    for (size_t n : {size_t(0), size_t(1), size_t(4097), size_t(65536)}) ASSERT_EQ(f.roundTrip(n, round), "") << n;
+  // Rail 0 carries the credits: a failure there ends the connection, naming the rail.
+  ibv_qp* first = f.sendEp()->qps()[0];
+  f.fabric.failNextSend(first->qp_num, IBV_WC_RETRY_EXC_ERR);
   net::Request* rr = f.postRecv(f.dst.size());
   net::Request* sr = f.postSend(65536);
   ASSERT_NE(sr, nullptr);
-  bool done = false;
-  Status s = f.wait(sr, &done);
-  ASSERT_FALSE(s.ok()) << "the send completed";
-  for (const char* want : {"fake1:1", "::ffff:10.0.1.1", "stopped acknowledging"})
+  Status s = f.waitBoth(sr, rr);
+  ASSERT_FALSE(s.ok()) << "the transfer completed";
+  for (const char* want : {"fake0:1", "::ffff:10.0.0.1"})
     EXPECT_TRUE(contains(s.message(), want)) << "lacks '" << want << "': " << s.message();
-  Status rs = f.wait(rr, &done, nullptr, nullptr, 5);
-  EXPECT_FALSE(rs.ok()) << "the receiver was not told";
   expectAllReleased(&f);
+}
+
+// A rail other than rail 0 that fails is given up (ib_wire.h): the parts the receiver
+// lacks are written again on the live rail, the messages in flight arrive whole, and the
+// connection goes on over rail 0 alone. Both ways a rail is seen to fail: the sender's
+// write fails (it tells the receiver), or the port goes down under both ends.
+TEST(IbFake, ARailThatFailsIsGivenUpAndTheConnectionGoesOn) {
+  for (bool portDown : {false, true}) {
+    SCOPED_TRACE(portDown ? "port down" : "write failed");
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(f.open(2));
+    ASSERT_EQ(f.roundTrip(65536, 1), "");
+    ibv_qp* second = f.sendEp()->qps()[1];
+    if (portDown)
+      f.fabric.setPortState("fake1", 1, IBV_PORT_DOWN);
+    else
+      f.fabric.failNextSend(second->qp_num, IBV_WC_RETRY_EXC_ERR);
+    for (int round = 0; round < 4; ++round)
+      for (size_t n : {size_t(65536), size_t(4097), size_t(1)}) ASSERT_EQ(f.roundTrip(n, round), "") << n;
+    // Rail 1's queue pairs are stopped at both ends; everything went over rail 0 since.
+    auto info = f.fabric.qpInfo(second->qp_num);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->state, IBV_QPS_ERR);
+    info = f.fabric.qpInfo(f.recvEp()->qps()[1]->qp_num);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->state, IBV_QPS_ERR);
+    expectAllReleased(&f);
+  }
 }
 
 // With several rails, the ports on the NUMA nodes this process runs on come first in a

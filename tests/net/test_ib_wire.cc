@@ -23,10 +23,10 @@ TEST(IbWire, TheSendersOwnRecordsAreAccepted) {
       size_t covered = 0;
       for (int part = 0; part < nparts; ++part) {
         const ib::DoneRecord rec{41, size, 9, uint16_t(nparts), uint16_t(part), 0};
-        EXPECT_EQ(
-            ib::recordProblem(rec, 41, ib::partQp(41, part, nparts, nqps), nqps, size, part ? &first : nullptr, seen),
-            "")
+        EXPECT_EQ(ib::recordProblem(rec, 41, part, nqps, size, part ? &first : nullptr, seen), "")
             << nqps << " queue pairs, " << size << " bytes, part " << part;
+        const int qp = ib::partQp(41, part, nparts, nqps);
+        EXPECT_TRUE(qp >= 0 && qp < nqps);
         if (part == 0) first = rec;
         seen |= 1u << part;
         covered += std::min(chunk, size - std::min(size, size_t(part) * chunk));
@@ -37,11 +37,11 @@ TEST(IbWire, TheSendersOwnRecordsAreAccepted) {
 
 TEST(IbWire, WrongRecordsAreRefused) {
   const int nqps = 4;
-  const ib::DoneRecord good{7, 1 << 20, 3, 4, 1, 0};  // part 1 of 4 goes on queue pair 1
+  const ib::DoneRecord good{7, 1 << 20, 3, 4, 1, 0};  // part 1 of 4, announced as part 1
   ASSERT_EQ(ib::recordProblem(good, 7, 1, nqps, 1 << 20, nullptr, 0), "");
-  auto refused = [&](ib::DoneRecord rec, int qp, size_t posted, const ib::DoneRecord* first, uint32_t seen,
+  auto refused = [&](ib::DoneRecord rec, int part, size_t posted, const ib::DoneRecord* first, uint32_t seen,
                      const char* why) {
-    const std::string p = ib::recordProblem(rec, 7, qp, nqps, posted, first, seen);
+    const std::string p = ib::recordProblem(rec, 7, part, nqps, posted, first, seen);
     EXPECT_NE(p.find(why), std::string::npos) << "expected \"" << why << "\", got \"" << p << "\"";
   };
   ib::DoneRecord r = good;
@@ -56,7 +56,7 @@ TEST(IbWire, WrongRecordsAreRefused) {
   r = good;
   r.part = 4;
   refused(r, 1, 1 << 20, nullptr, 0, "part 4 of 4");
-  refused(good, 2, 1 << 20, nullptr, 0, "arrived on queue pair 2");
+  refused(good, 2, 1 << 20, nullptr, 0, "the record of part 1 was announced as part 2");
   refused(good, 1, 1 << 20, &good, 1u << 1, "part 1 arrived twice");
   ib::DoneRecord other = good;
   other.part = 0;

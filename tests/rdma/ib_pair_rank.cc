@@ -7,8 +7,13 @@
 //       abruptly after N iterations (a killed peer). --cut-after: this rank runs CMD (say,
 //       `ip link set eth0 down`) after N iterations and goes on. Prints the error and how
 //       long after the fault it came; exit 0 when the loop ended in an error, 1 when not.
+//   ib_pair_rank survive N [--cut-after K CMD]
+//       N AllReduces of 400 KB (each checked: every rank contributes rank + 1), running CMD
+//       after K of them; exit 0 when all N succeeded with the right sums, 1 when not (a
+//       fault the connection should live through, such as one rail of several cut).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +58,29 @@ int main(int argc, char** argv) {
   if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, size, id, rank) != ncclSuccess) {
     std::printf("[rank %d] init failed: %s\n", rank, ncclGetLastError(nullptr));
     return 1;
+  }
+  if (mode == "survive") {
+    const int iters = argc > 2 ? std::atoi(argv[2]) : 0;
+    const int32_t want = size * (size + 1) / 2;
+    std::vector<int32_t> v(100000);
+    for (int it = 0; it < iters; ++it) {
+      if (it == cutAfter) {
+        std::printf("[rank %d] after %d iterations: %s\n", rank, it, cutCmd.c_str());
+        std::fflush(stdout);
+        if (std::system(cutCmd.c_str()) != 0) std::printf("[rank %d] the fault command failed\n", rank);
+      }
+      std::fill(v.begin(), v.end(), rank + 1);
+      ncclResult_t r = ncclAllReduce(v.data(), v.data(), v.size(), ncclInt32, ncclSum, comm, nullptr);
+      if (r != ncclSuccess || std::count(v.begin(), v.end(), want) != ptrdiff_t(v.size())) {
+        std::printf("[rank %d] FAILED at iteration %d: %s\n", rank, it,
+                    r != ncclSuccess ? ncclGetLastError(comm) : "wrong sums");
+        ncclCommAbort(comm);
+        return 1;
+      }
+    }
+    std::printf("[rank %d] %d iterations PASSED\n", rank, iters);
+    ncclCommDestroy(comm);
+    return 0;
   }
   if (mode == "grid") {
     nettest::Checker c(comm, rank, size);

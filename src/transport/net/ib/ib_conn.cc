@@ -350,6 +350,13 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
   // Any first error may be this node's own doing (a port or link going down makes the
   // queue pairs fail with local or retry errors before the event says why): look for a
   // local cause the same way.
+  // A rail the connection can live without is given up instead, whatever the error
+  // (ib_wire.h; should the cause be the peer's, rail 0 fails next), and what its queue
+  // pairs flush afterwards is expected.
+  if (wc.status != IBV_WC_SUCCESS && railDead(rail)) return OkStatus();
+  if (wc.status != IBV_WC_SUCCESS && canLoseRail(rail) && failed_.ok())
+    return loseRail(rail, format("%s on QP 0x%x completed with status '%s'", kindName(wrKind(wc.wr_id)), wc.qp_num,
+                                 v_->wcStatusStr(wc.status)));
   if (wc.status != IBV_WC_SUCCESS && failed_.ok()) {
     for (int i = 0; i < 100 && failed_.ok(); ++i) {
       Status s = checkHealth();
@@ -374,33 +381,42 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
     case kProbe: ++probesDone_; return OkStatus();
     case kData: {
       IbRequest& r = reqs_[wrSlot(wc.wr_id) % kSlots];
-      if (!sender_ || !r.live || r.complete || r.partsDone >= r.nparts)
+      const int part = wrPart(wc.wr_id), q = qpIndex(rail, wc.qp_num);
+      if (q >= 0 && params_.adaptive) rates_.completed(q, nowSec());
+      if (!sender_ || q < 0 || !r.live || part >= r.nparts)
         return fail(InternalError("NET/IB: %s: a send completion (QP 0x%x, slot %d, part %d) matches no request in "
-                                  "flight", what_.c_str(), wc.qp_num, wrSlot(wc.wr_id), wrPart(wc.wr_id)));
-      if (params_.adaptive) rates_.completed(partQp(r.seq, wrPart(wc.wr_id), r.nparts, int(qps_.size())), nowSec());
+                                  "flight", what_.c_str(), wc.qp_num, wrSlot(wc.wr_id), part));
+      // A part written again on another queue pair completes there; an earlier write of
+      // it (on a rail given up) may still report here, and a part the receiver confirmed
+      // in its RailState is done already.
+      if (r.partQp[part] != q || (r.doneMask >> part & 1) != 0) return OkStatus();
+      if (r.complete)
+        return fail(InternalError("NET/IB: %s: a send completion (QP 0x%x, slot %d, part %d) for a finished message",
+                                  what_.c_str(), wc.qp_num, wrSlot(wc.wr_id), part));
+      r.doneMask |= uint32_t(1) << part;
       if (++r.partsDone == r.nparts) r.complete = true;
       return OkStatus();
     }
     case kRecv: {
       const int q = qpIndex(rail, wc.qp_num);
       const uint32_t imm = ntohl(wc.imm_data);
-      const int slot = immSlot(imm);
-      if (sender_ || q < 0 || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || slot >= kSlots)
+      const int slot = immSlot(imm), part = immPart(imm);
+      if (sender_ || q < 0 || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || slot >= kSlots || part >= kMaxQps)
         return fail(InternalError("NET/IB: %s: unexpected receive completion (QP 0x%x, opcode %d, imm 0x%x)",
                                   what_.c_str(), wc.qp_num, int(wc.opcode), imm));
       IbRequest& r = reqs_[slot];
       DoneRecord rec;
-      std::memcpy(&rec, &region_->records[slot][q], sizeof rec);
+      std::memcpy(&rec, &region_->records[slot][part], sizeof rec);
       if (!r.live || r.complete || immSeq16(imm) != uint16_t(r.seq & 0xffff) || rec.seq != r.seq)
         return fail(InternalError("NET/IB: %s: a receive completion (QP 0x%x, imm 0x%x, record of message %llu) "
                                   "matches no posted receive (slot %d %s, message %llu)",
                                   what_.c_str(), wc.qp_num, imm, static_cast<unsigned long long>(rec.seq), slot,
                                   r.live ? "in flight" : "free", static_cast<unsigned long long>(r.seq)));
       const std::string problem =
-          recordProblem(rec, r.seq, q, int(qps_.size()), r.size, r.partsDone > 0 ? &r.first : nullptr, r.partsSeen);
+          recordProblem(rec, r.seq, part, int(qps_.size()), r.size, r.partsDone > 0 ? &r.first : nullptr, r.partsSeen);
       if (!problem.empty())
         return fail(InternalError("NET/IB: %s: QP 0x%x: %s", what_.c_str(), wc.qp_num, problem.c_str()));
-      SNCCL_TRY(postRecvs(q, 1));
+      if (!railDead(rail)) SNCCL_TRY(postRecvs(q, 1));
       if (r.partsDone == 0) r.first = rec;
       r.partsSeen |= uint32_t(1) << rec.part;
       r.nparts = rec.nparts;
@@ -441,33 +457,39 @@ Status Endpoint::progress() {
 
 Status Endpoint::checkHealth() {
   // This node's own faults first: a port that went down or a dead device also fails
-  // the queue pairs on it.
+  // the queue pairs on it. A rail the connection can live without is given up instead.
   for (int i = 0; i < nrails_; ++i) {
     const Rail& r = rails_[size_t(i)];
-    if (r.port->hca->fatal())
-      return fail(SystemError("NET/IB: %s: device %s reported a fatal error; path %s", what_.c_str(),
-                              r.port->hca->name().c_str(), pathDescription().c_str()));
-    if (!r.port->hca->portUp(r.port->port))
-      return fail(SystemError("NET/IB: %s: port %s is down; path %s", what_.c_str(), r.port->label().c_str(),
-                              pathDescription().c_str()));
-  }
-  for (int i = 0; i < nrails_; ++i) {
-    const int ev = rails_[size_t(i)].sink.event.load(std::memory_order_acquire);
-    if (ev >= 0)
-      return fail(RemoteError("NET/IB: %s: asynchronous event '%s' on the connection (%s); path %s", what_.c_str(),
-                              v_->eventTypeStr(ibv_event_type(ev)), rails_[size_t(i)].port->label().c_str(),
-                              pathDescription().c_str()));
+    if (railDead(i)) continue;
+    std::string why;
+    bool local = true;  // this node's fault, not the connection's
+    if (r.port->hca->fatal()) {
+      why = "device " + r.port->hca->name() + " reported a fatal error";
+    } else if (!r.port->hca->portUp(r.port->port)) {
+      why = "port " + r.port->label() + " is down";
+    } else if (const int ev = r.sink.event.load(std::memory_order_acquire); ev >= 0) {
+      why = format("asynchronous event '%s' on the connection (%s)", v_->eventTypeStr(ibv_event_type(ev)),
+                   r.port->label().c_str());
+      local = false;
+    }
+    if (why.empty()) continue;
+    if (canLoseRail(i)) {
+      SNCCL_TRY(loseRail(i, why));
+      continue;
+    }
+    const std::string msg = "NET/IB: " + what_ + ": " + why + "; path " + pathDescription();
+    return fail(local ? SystemError("%s", msg.c_str()) : RemoteError("%s", msg.c_str()));
   }
   return OkStatus();
 }
 
-// The first rail whose Ethernet interface is down, with why; "" when none is.
-std::string Endpoint::linkProblem(std::string* label) const {
+// The first live rail whose Ethernet interface is down, with why; "" when none is.
+std::string Endpoint::linkProblem(int* rail) const {
   for (int i = 0; i < nrails_; ++i) {
     const IbPort* p = rails_[size_t(i)].port;
-    std::string problem = p->netdev.empty() ? "" : socknet::interfaceProblem(p->netdev);
+    std::string problem = railDead(i) || p->netdev.empty() ? "" : socknet::interfaceProblem(p->netdev);
     if (!problem.empty()) {
-      *label = p->label();
+      *rail = i;
       return problem;
     }
   }
@@ -478,11 +500,133 @@ Status Endpoint::checkLink() {
   // RoCE: the port follows its Ethernet interface, whose state is read fresh (one
   // netlink query: only on the error path), since the port event may come later than
   // the failures the link causes.
-  std::string label;
-  std::string local = linkProblem(&label);
-  if (!local.empty())
-    return fail(SystemError("NET/IB: %s: port %s is down: this node's network link is down: %s; path %s",
-                            what_.c_str(), label.c_str(), local.c_str(), pathDescription().c_str()));
+  for (;;) {
+    int rail = 0;
+    std::string local = linkProblem(&rail);
+    if (local.empty()) return OkStatus();
+    const std::string label = rails_[size_t(rail)].port->label();
+    if (!canLoseRail(rail))
+      return fail(SystemError("NET/IB: %s: port %s is down: this node's network link is down: %s; path %s",
+                              what_.c_str(), label.c_str(), local.c_str(), pathDescription().c_str()));
+    SNCCL_TRY(loseRail(rail, "port " + label + " is down: this node's network link is down: " + local));
+  }
+}
+
+// ---- Rail failover (ib_wire.h) -----------------------------------------------------
+
+Status Endpoint::loseRail(int rail, const std::string& why) {
+  if (railDead(rail)) return OkStatus();
+  deadRails_ |= uint32_t(1) << rail;
+  SN_WARN("NET/IB : %s: rail %s failed (%s); the connection goes on over the other rails", what_.c_str(),
+          rails_[size_t(rail)].port->label().c_str(), why.c_str());
+  SNCCL_TRY(killRailQps(uint32_t(1) << rail));
+  if (!sender_) return sendRailState();
+  CtlFrame f{uint32_t(Ctl::kRailDown), uint32_t(1) << rail};
+  if (::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof f))
+    return fail(RemoteError("NET/IB: %s: rail %s failed (%s), and the peer cannot be told: %s", what_.c_str(),
+                            rails_[size_t(rail)].port->label().c_str(), why.c_str(), std::strerror(errno)));
+  return OkStatus();
+}
+
+Status Endpoint::killRailQps(uint32_t mask) {
+  // In the error state a queue pair takes no more writes and flushes what it has posted.
+  for (size_t q = 0; q < qps_.size(); ++q) {
+    if ((mask >> qpRail(int(q), nrails_) & 1) == 0) continue;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    if (int rc = v_->modifyQp(qps_[q], &a, IBV_QP_STATE))
+      return fail(ErrnoError(rc, "NET/IB: %s: QP 0x%x to ERR failed", what_.c_str(), qps_[q]->qp_num));
+  }
+  return OkStatus();
+}
+
+Status Endpoint::sendRailState() {
+  // The records that landed on the failed rails before their queue pairs stopped are in
+  // their completion queues (or kept by armWait): take them all, then say what arrived.
+  for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pendingRail_[i], pending_[i]));
+  npending_ = 0;
+  for (int rail = 0; rail < nrails_; ++rail) {
+    if (!railDead(rail)) continue;
+    for (;;) {
+      ibv_wc wcs[16];
+      int n = v_->pollCq(rails_[size_t(rail)].cq, 16, wcs);
+      if (n < 0) return fail(SystemError("NET/IB: %s: ibv_poll_cq failed (%d)", what_.c_str(), n));
+      for (int i = 0; i < n; ++i) SNCCL_TRY(handleCompletion(rail, wcs[i]));
+      if (n < 16) break;
+    }
+  }
+  struct {
+    CtlFrame head;
+    RailState state;
+  } msg{};
+  msg.head = CtlFrame{uint32_t(Ctl::kRailState), deadRails_};
+  msg.state.retired = retired_;
+  for (int slot = 0; slot < kSlots; ++slot) {
+    const IbRequest& r = reqs_[slot];
+    msg.state.seq[slot] = r.live ? r.seq : UINT64_MAX;
+    msg.state.partsSeen[slot] = r.live ? r.partsSeen : 0;
+  }
+  settledRails_ = deadRails_;
+  const char* p = reinterpret_cast<const char*>(&msg);
+  for (size_t done = 0; done < sizeof msg;) {
+    ssize_t k = ::send(ctl_.fd(), p + done, sizeof msg - done, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pf{ctl_.fd(), POLLOUT, 0};
+      (void)::poll(&pf, 1, 100);
+      continue;
+    }
+    if (k <= 0)
+      return fail(RemoteError("NET/IB: %s: a rail failed, and the peer cannot be told: %s", what_.c_str(),
+                              std::strerror(errno)));
+    done += size_t(k);
+  }
+  return OkStatus();
+}
+
+Status Endpoint::railStateArrived(uint32_t mask, const RailState& st) {
+  mask &= (uint32_t(1) << nrails_) - 1;
+  if (!sender_ || (mask & ~settledRails_) == 0) return OkStatus();  // nothing new
+  for (int rail = 0; rail < nrails_; ++rail) {
+    if ((mask >> rail & 1) == 0 || railDead(rail)) continue;
+    if (!canLoseRail(rail))
+      return fail(RemoteError("NET/IB: %s: the peer gave up rail %d, which this connection cannot lose; path %s",
+                              what_.c_str(), rail, pathDescription().c_str()));
+    SN_WARN("NET/IB : %s: the peer gave up rail %s; the connection goes on over the other rails", what_.c_str(),
+            rails_[size_t(rail)].port->label().c_str());
+    deadRails_ |= uint32_t(1) << rail;
+    SNCCL_TRY(killRailQps(uint32_t(1) << rail));
+  }
+  settledRails_ |= mask;
+  return resendLostParts(st);
+}
+
+Status Endpoint::resendLostParts(const RailState& st) {
+  int live[kMaxQps];
+  int nlive = 0;
+  for (int q = 0; q < int(qps_.size()); ++q)
+    if (!railDead(qpRail(q, nrails_))) live[nlive++] = q;
+  int turn = 0;
+  for (uint64_t seq = retired_; seq < posted_; ++seq) {
+    IbRequest& r = reqs_[seq % kSlots];
+    if (!r.live || r.complete) continue;
+    const int slot = int(seq % kSlots);
+    const bool retired = seq < st.retired;  // the receiver has all of it
+    if (!retired && st.seq[slot] != seq)
+      return fail(InternalError("NET/IB: %s: after a rail failed, the peer has no receive for message %llu in flight",
+                                what_.c_str(), static_cast<unsigned long long>(seq)));
+    size_t off = 0;
+    for (int part = 0; part < r.nparts; off += r.partLen[part], ++part) {
+      if ((r.doneMask >> part & 1) != 0) continue;
+      if (retired || (st.partsSeen[slot] >> part & 1) != 0) {
+        r.doneMask |= uint32_t(1) << part;
+        ++r.partsDone;
+      } else if (railDead(qpRail(r.partQp[part], nrails_))) {
+        SNCCL_TRY(postPart(r, part, off, live[turn++ % nlive]));
+      }
+    }
+    if (r.partsDone == r.nparts) r.complete = true;
+  }
   return OkStatus();
 }
 
@@ -503,8 +647,8 @@ Status Endpoint::checkControl(bool force) {
       if (peerBye_ && !outstanding) return OkStatus();
       if (err != 0) {
         // The control connection failed (reset, or TCP gave up: a cut link). Whose link?
-        std::string label;
-        std::string local = linkProblem(&label);
+        int rail = 0;
+        std::string local = linkProblem(&rail);
         if (!local.empty())
           return fail(SystemError("NET/IB: %s: this node's network link is down: %s; path %s", what_.c_str(),
                                   local.c_str(), pathDescription().c_str()));
@@ -516,7 +660,37 @@ Status Endpoint::checkControl(bool force) {
                               outstanding ? " with operations in flight" : "", pathDescription().c_str()));
     }
     if (size_t(k) < sizeof f) return OkStatus();  // the rest of the frame is on its way
+    if (f.type == uint32_t(Ctl::kRailState)) {
+      struct {
+        CtlFrame head;
+        RailState state;
+      } msg;
+      k = ::recv(ctl_.fd(), &msg, sizeof msg, MSG_DONTWAIT | MSG_PEEK);
+      if (k < ssize_t(sizeof msg)) return OkStatus();  // the rest is on its way
+      k = ::recv(ctl_.fd(), &msg, sizeof msg, MSG_DONTWAIT);
+      SNCCL_TRY(railStateArrived(msg.head.code, msg.state));
+      continue;
+    }
     k = ::recv(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT);
+    if (f.type == uint32_t(Ctl::kRailDown)) {
+      // The sender gave up rails: the receiver stops them and says what it has.
+      const uint32_t fresh = f.code & ~settledRails_ & ((uint32_t(1) << nrails_) - 1);
+      if (sender_ || fresh == 0) continue;
+      for (int rail = 0; rail < nrails_; ++rail) {
+        if ((fresh >> rail & 1) == 0) continue;
+        if (!canLoseRail(rail))
+          return fail(RemoteError("NET/IB: %s: the peer gave up rail %d, which this connection cannot lose; path %s",
+                                  what_.c_str(), rail, pathDescription().c_str()));
+        if (!railDead(rail)) {
+          SN_WARN("NET/IB : %s: the peer gave up rail %s; the connection goes on over the other rails", what_.c_str(),
+                  rails_[size_t(rail)].port->label().c_str());
+          deadRails_ |= uint32_t(1) << rail;
+          SNCCL_TRY(killRailQps(uint32_t(1) << rail));
+        }
+      }
+      SNCCL_TRY(sendRailState());
+      continue;
+    }
     if (f.type == uint32_t(Ctl::kAbort)) {
       if (peerAbort_ == 0 || (f.code >> 8) != 0) peerAbort_ = f.code;
       return fail(RemoteError("NET/IB: %s: the peer reported a failure (%s); path %s", what_.c_str(),
@@ -541,9 +715,7 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
     SNCCL_TRY(progress());  // no credit yet: look for failures meanwhile
     return nullptr;
   }
-  const uint64_t addr = e->addr, cap = e->size;
-  uint32_t rkeys[kMaxRails];
-  std::memcpy(rkeys, e->rkey, sizeof rkeys);
+  const uint64_t cap = e->size;
   const int32_t ctsTag = e->tag;
   if (ctsTag != tag)
     return fail(InternalError("NET/IB: %s: message %llu has tag %d, the receive posted for it tag %d", what_.c_str(),
@@ -556,61 +728,25 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   if (size > 0 && !covers(h, nrails_, p, size))
     return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
-  const int nqps = int(qps_.size());
+  // The queue pairs of the rails that have not failed.
+  int live[kMaxQps];
+  int nlive = 0;
+  for (int q = 0; q < int(qps_.size()); ++q)
+    if (!railDead(qpRail(q, nrails_))) live[nlive++] = q;
   size_t lens[kMaxQps];
-  double now = 0;
   int nparts = 0;
   if (params_.adaptive) {
-    now = nowSec();
+    const double now = nowSec();
     double rates[kMaxQps];
     size_t backlog[kMaxQps];
-    for (int q = 0; q < nqps; ++q) {
-      rates[q] = rates_.rate(q, now);
-      backlog[q] = rates_.outstanding(q);
+    for (int i = 0; i < nlive; ++i) {
+      rates[i] = rates_.rate(live[i], now);
+      backlog[i] = rates_.outstanding(live[i]);
     }
-    nparts = splitByRate(size, nqps, params_.qp.splitBytes, std::span<const double>(rates, size_t(nqps)),
-                         std::span<const size_t>(backlog, size_t(nqps)), lens);
+    nparts = splitByRate(size, nlive, params_.qp.splitBytes, std::span<const double>(rates, size_t(nlive)),
+                         std::span<const size_t>(backlog, size_t(nlive)), lens);
   } else {
-    nparts = splitEqual(size, nqps, params_.qp.splitBytes, lens);
-  }
-  size_t off = 0;
-  for (int part = 0; part < nparts; off += lens[part], ++part) {
-    const int q = partQp(seq, part, nparts, nqps);
-    const int rail = qpRail(q, nrails_);
-    const size_t len = lens[part];
-    if (params_.adaptive) rates_.posted(q, len, now);
-    qpBytes_[q] += len;
-    DoneRecord& rec = region_->records[slot][q];
-    rec = DoneRecord{seq, size, imm, uint16_t(nparts), uint16_t(part), 0};
-    ibv_sge sges[2];
-    ibv_send_wr wrs[2]{};
-    int n = 0;
-    if (len > 0) {
-      sges[n] = ibv_sge{p + off, uint32_t(len), h->mr[size_t(rail)]->lkey};
-      wrs[n].wr_id = wrId(kData, slot, part);
-      wrs[n].opcode = IBV_WR_RDMA_WRITE;
-      wrs[n].wr.rdma.remote_addr = addr + off;
-      wrs[n].wr.rdma.rkey = rkeys[qpRail(q, peer_.nrails)];
-      ++n;
-    }
-    sges[n] = ibv_sge{reinterpret_cast<uint64_t>(&rec), sizeof rec, rails_[size_t(rail)].regionMr->lkey};
-    wrs[n].wr_id = wrId(kData, slot, part);
-    wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wrs[n].send_flags = IBV_SEND_SIGNALED;
-    wrs[n].imm_data = htonl(packImm(seq));
-    wrs[n].wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, records) + (size_t(slot) * kMaxQps + size_t(q)) *
-                                                                                  sizeof(DoneRecord);
-    wrs[n].wr.rdma.rkey = peerRailOf(q).regionRkey;
-    ++n;
-    for (int i = 0; i < n; ++i) {
-      wrs[i].sg_list = &sges[i];
-      wrs[i].num_sge = 1;
-      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
-    }
-    ibv_send_wr* bad = nullptr;
-    if (int rc = v_->postSend(qps_[size_t(q)], wrs, &bad))
-      return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send on QP 0x%x failed", what_.c_str(),
-                             qps_[size_t(q)]->qp_num));
+    nparts = splitEqual(size, nlive, params_.qp.splitBytes, lens);
   }
   IbRequest& r = reqs_[slot];
   r = IbRequest{};
@@ -620,8 +756,57 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   r.nparts = nparts;
   r.size = size;
   r.imm = imm;
+  r.data = static_cast<const char*>(data);
+  r.mh = mh;
   ++posted_;
+  size_t off = 0;
+  for (int part = 0; part < nparts; off += lens[part], ++part) {
+    r.partLen[part] = uint32_t(lens[part]);
+    SNCCL_TRY(postPart(r, part, off, live[partQp(seq, part, nparts, nlive)]));
+  }
   return &r;
+}
+
+Status Endpoint::postPart(IbRequest& r, int part, size_t off, int q) {
+  const int slot = int(r.seq % kSlots);
+  const CtsEntry& grant = region_->fifo[slot];  // unchanged until the receiver has the whole message
+  const int rail = qpRail(q, nrails_);
+  const size_t len = r.partLen[part];
+  r.partQp[part] = uint8_t(q);
+  if (params_.adaptive) rates_.posted(q, len, nowSec());
+  qpBytes_[q] += len;
+  DoneRecord& rec = region_->records[slot][part];
+  rec = DoneRecord{r.seq, r.size, r.imm, uint16_t(r.nparts), uint16_t(part), 0};
+  ibv_sge sges[2];
+  ibv_send_wr wrs[2]{};
+  int n = 0;
+  if (len > 0) {
+    const auto* h = static_cast<const IbMemHandle*>(r.mh);
+    sges[n] = ibv_sge{reinterpret_cast<uintptr_t>(r.data) + off, uint32_t(len), h->mr[size_t(rail)]->lkey};
+    wrs[n].wr_id = wrId(kData, slot, part);
+    wrs[n].opcode = IBV_WR_RDMA_WRITE;
+    wrs[n].wr.rdma.remote_addr = grant.addr + off;
+    wrs[n].wr.rdma.rkey = grant.rkey[qpRail(q, peer_.nrails)];
+    ++n;
+  }
+  sges[n] = ibv_sge{reinterpret_cast<uint64_t>(&rec), sizeof rec, rails_[size_t(rail)].regionMr->lkey};
+  wrs[n].wr_id = wrId(kData, slot, part);
+  wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wrs[n].send_flags = IBV_SEND_SIGNALED;
+  wrs[n].imm_data = htonl(packImm(r.seq, part));
+  wrs[n].wr.rdma.remote_addr =
+      peer_.regionAddr + offsetof(Region, records) + (size_t(slot) * kMaxQps + size_t(part)) * sizeof(DoneRecord);
+  wrs[n].wr.rdma.rkey = peerRailOf(q).regionRkey;
+  ++n;
+  for (int i = 0; i < n; ++i) {
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  if (int rc = v_->postSend(qps_[size_t(q)], wrs, &bad))
+    return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send on QP 0x%x failed", what_.c_str(), qps_[size_t(q)]->qp_num));
+  return OkStatus();
 }
 
 Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* mh) {

@@ -33,6 +33,13 @@ class IbRequest : public Request {
   bool complete = false;
   int nparts = 0;      // sender: parts posted; receiver: from the records (0 until the first)
   int partsDone = 0;
+  // Sender: where each part went and which are done, so that a failed rail's parts can
+  // be written again (ib_wire.h).
+  uint32_t doneMask = 0;
+  uint8_t partQp[kMaxQps] = {};
+  uint32_t partLen[kMaxQps] = {};
+  const char* data = nullptr;
+  MemHandle* mh = nullptr;
   DoneRecord first{};     // receiver: the first record that arrived (partsDone > 0)
   uint32_t partsSeen = 0;  // receiver: a bit per part whose record arrived
   size_t size = 0;     // sender: bytes sent; receiver: bytes received
@@ -101,7 +108,20 @@ class Endpoint {
   const RailMeta& peerRailOf(int q) const { return peer_.rails[qpRail(q, peer_.nrails)]; }
   Status postRecvs(int qp, int count, int kind = 4 /* kRecv */);
   std::string railPath(int rail, int peerRail) const;
-  std::string linkProblem(std::string* label) const;
+  // Writes part `part` of request `r` (data, then its record) on queue pair `q`.
+  Status postPart(IbRequest& r, int part, size_t off, int q);
+  // Rail failover (ib_wire.h). Whether the connection can live on without `rail`.
+  bool canLoseRail(int rail) const { return nrails_ > 1 && rail != 0; }
+  // This end saw `rail` fail (why): stops using it and tells the peer (the receiver: with
+  // its RailState).
+  Status loseRail(int rail, const std::string& why);
+  Status killRailQps(uint32_t mask);
+  Status sendRailState();
+  // Sender: the receiver's RailState for the rails in `mask`.
+  Status railStateArrived(uint32_t mask, const RailState& st);
+  Status resendLostParts(const RailState& st);
+  bool railDead(int rail) const { return (deadRails_ >> rail & 1) != 0; }
+  std::string linkProblem(int* rail) const;
 
   std::array<Rail, kMaxRails> rails_;
   int nrails_ = 0;
@@ -122,6 +142,8 @@ class Endpoint {
   Region* region_ = nullptr;
   std::vector<ibv_qp*> qps_;
   QpRates rates_{1};  // sender, adaptive: what each queue pair delivers
+  uint32_t deadRails_ = 0;      // a bit per rail that failed
+  uint32_t settledRails_ = 0;   // sender: failed rails whose RailState came; receiver: reported
   uint64_t qpBytes_[kMaxQps] = {};  // sender: bytes posted on each queue pair
   Meta peer_{};
   uint64_t probeValue_ = 0;

@@ -173,7 +173,8 @@ void Hca::handle(const ibv_async_event& e) {
   switch (e.event_type) {
     case IBV_EVENT_PORT_ERR:
       portDown_.fetch_or(1u << e.element.port_num, std::memory_order_acq_rel);
-      SN_WARN("NET/IB : %s:%d: %s (port down): connections on it fail", name_.c_str(), e.element.port_num, what);
+      SN_WARN("NET/IB : %s:%d: %s (port down): connections on it fail, or go on over their other rails",
+              name_.c_str(), e.element.port_num, what);
       return;
     case IBV_EVENT_PORT_ACTIVE:
       portDown_.fetch_and(~(1u << e.element.port_num), std::memory_order_acq_rel);

@@ -27,7 +27,7 @@ int splitParts(size_t size, int nqps, size_t splitBytes, size_t* chunk) {
   return int((size + c - 1) / c);
 }
 
-std::string recordProblem(const DoneRecord& rec, uint64_t seq, int qp, int nqps, size_t posted, const DoneRecord* first,
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted, const DoneRecord* first,
                           uint32_t partsSeen) {
   if (rec.seq != seq)
     return format("a record of message %llu arrived for message %llu", (unsigned long long)rec.seq,
@@ -38,9 +38,9 @@ std::string recordProblem(const DoneRecord& rec, uint64_t seq, int qp, int nqps,
   if (rec.nparts < 1 || int(rec.nparts) > nqps || rec.part >= rec.nparts)
     return format("message %llu: part %u of %u over %d queue pairs", (unsigned long long)seq, unsigned(rec.part),
                   unsigned(rec.nparts), nqps);
-  if (partQp(seq, rec.part, rec.nparts, nqps) != qp)
-    return format("message %llu: part %u of %u arrived on queue pair %d", (unsigned long long)seq, unsigned(rec.part),
-                  unsigned(rec.nparts), qp);
+  if (int(rec.part) != part)
+    return format("message %llu: the record of part %u was announced as part %d", (unsigned long long)seq,
+                  unsigned(rec.part), part);
   if ((partsSeen >> rec.part & 1) != 0)
     return format("message %llu: part %u arrived twice", (unsigned long long)seq, unsigned(rec.part));
   if (first != nullptr && (first->size != rec.size || first->nparts != rec.nparts || first->imm != rec.imm))

@@ -18,10 +18,18 @@
 //    writes into a buffer it has not been granted.
 //  - The sender writes each part of a message with RDMA_WRITE into the granted buffer,
 //    then, on the same queue pair, an RDMA_WRITE_WITH_IMM of a DoneRecord into
-//    records[slot][qp] of the receiver's Region. The receiver learns of the part from the
-//    completion that write generates (it consumes one posted zero-length receive), and
-//    RC ordering on one queue pair guarantees the part's data is in place by then. No
-//    flag travels on another path than its data.
+//    records[slot][part] of the receiver's Region. The receiver learns of the part from
+//    the completion that write generates (it consumes one posted zero-length receive; the
+//    immediate names the slot and the part), and RC ordering on one queue pair guarantees
+//    the part's data is in place by then. No flag travels on another path than its data.
+//  - A rail other than rail 0 (which carries the credits) may fail while the connection
+//    lives on (ib_conn.cc): the end that sees it first says so over the control socket
+//    (kRailDown); the receiver moves its queue pairs on that rail to the error state, so
+//    nothing more lands from them, takes the records that did land, and answers with a
+//    RailState: what it retired and which parts of each message in flight it has. The
+//    sender writes the parts it lacks again on the live queue pairs (the data goes to the
+//    same place, so a part written twice is harmless) and uses only live queue pairs from
+//    then on. A part may therefore arrive on any queue pair.
 // All integers are little-endian (the only byte order snccl builds for).
 #pragma once
 
@@ -58,19 +66,24 @@ static_assert(sizeof(DoneRecord) == 32);
 
 struct alignas(4096) Region {
   CtsEntry fifo[kSlots];                 // sender: grants written by the receiver; receiver: staging
-  DoneRecord records[kSlots][kMaxQps];   // receiver: written by the sender; sender: staging
+  DoneRecord records[kSlots][kMaxQps];   // [slot][part]; receiver: written by the sender; sender: staging
   uint64_t probeIn;                      // the peer's probe write lands here
   uint64_t probeOut;                     // the source of this end's probe write
 };
 
-// The imm of a record write: the slot and 16 bits of the sequence number, so that a
-// completion is matched to the request it belongs to and a stale one is caught.
-inline uint32_t packImm(uint64_t seq) { return uint32_t(seq % kSlots) | uint32_t((seq & 0xffff) << 16); }
-inline int immSlot(uint32_t imm) { return int(imm & 0xffff); }
+// The imm of a record write (and of a credit, part 0): the slot, the part and 16 bits of
+// the sequence number, so that a completion is matched to the request and the record it
+// belongs to and a stale one is caught.
+static_assert(kSlots <= 256 && kMaxQps <= 256);
+inline uint32_t packImm(uint64_t seq, int part = 0) {
+  return uint32_t(seq % kSlots) | uint32_t(part) << 8 | uint32_t((seq & 0xffff) << 16);
+}
+inline int immSlot(uint32_t imm) { return int(imm & 0xff); }
+inline int immPart(uint32_t imm) { return int((imm >> 8) & 0xff); }
 inline uint16_t immSeq16(uint32_t imm) { return uint16_t(imm >> 16); }
 
 constexpr uint32_t kMetaMagic = 0x736e4962;  // "sNIb"
-constexpr uint16_t kMetaVersion = 2;
+constexpr uint16_t kMetaVersion = 3;
 
 // One rail (local port) of an end, as the peer needs it to reach it.
 struct RailMeta {
@@ -113,28 +126,37 @@ std::string metaProblem(Meta* m);
 // (kPartAlign-aligned, the last shorter), one per queue pair; smaller ones travel whole.
 // Returns the parts.
 int splitParts(size_t size, int nqps, size_t splitBytes, size_t* chunk);
-// The queue pair part `part` of message `seq` goes on: the part's index when cut, else
-// the message's turn (seq mod nqps), so that small messages spread over the pairs.
+// The queue pair (of `nqps` live ones, in order) part `part` of message `seq` goes on:
+// the part's index when cut, else the message's turn (seq mod nqps), so that small
+// messages spread over the pairs.
 inline int partQp(uint64_t seq, int part, int nparts, int nqps) {
   return nparts == 1 ? int(seq % uint64_t(nqps)) : part;
 }
 
-// The receiver's check of a record that arrived on queue pair `qp` (of `nqps`) for the
-// receive of message `seq` posted for `posted` bytes; `first`: the first record of the
-// same message that arrived (null: this is the first), `partsSeen` a bit for each part
-// whose record arrived. "" when the sender could have written it: its message, at most
-// `posted` bytes, a part the split makes on that queue pair, not seen before, with the
-// same size, part count and imm as the first record.
-std::string recordProblem(const DoneRecord& rec, uint64_t seq, int qp, int nqps, size_t posted,
+// The receiver's check of a record whose immediate named part `part`, for the receive of
+// message `seq` posted for `posted` bytes on a connection of `nqps` queue pairs; `first`:
+// the first record of the same message that arrived (null: this is the first),
+// `partsSeen` a bit for each part whose record arrived. "" when the sender could have
+// written it: its message, at most `posted` bytes, the part the immediate names, at most
+// nqps parts, not seen before, with the same size, part count and imm as the first record.
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted,
                           const DoneRecord* first, uint32_t partsSeen);
 
 // Control-socket frames after setup.
-enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3 };
+enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3, kRailDown = 4, kRailState = 5 };
 struct CtlFrame {
   uint32_t type;  // Ctl
-  uint32_t code;  // kAbort: the abort code (net.h closeSend)
+  uint32_t code;  // kAbort: the abort code (net.h closeSend); kRailDown, kRailState: a bit per failed rail
 };
 static_assert(sizeof(CtlFrame) == 8);
+
+// What follows a kRailState frame: the receiver's requests when the failed rails' queue
+// pairs stopped taking writes.
+struct RailState {
+  uint64_t retired;           // messages the receiver has completed
+  uint64_t seq[kSlots];       // the message each slot's live receive is for (UINT64_MAX: none)
+  uint32_t partsSeen[kSlots]; // a bit per part of it whose record arrived
+};
 
 // The listen handle: the TCP control socket's handle (socket net layout) behind this head.
 constexpr uint32_t kHandleMagic = 0x736e4968;  // "sNIh"
