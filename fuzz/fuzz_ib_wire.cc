@@ -2,10 +2,10 @@
 // metadata sent over the control socket and the records RDMA-written into the receiver's
 // memory. For any bytes: accepted metadata has usable queue pair and rail counts and
 // terminated device names; a record is accepted only if the sender's split could have
-// made it and it is the part its immediate announced. And the other way round: every record the sender writes for a message
-// (splitParts, partQp) is accepted in its order, its parts tile the message, and none is
-// accepted twice; the adaptive cut (splitByRate, any rates and backlogs) makes the same
-// number of parts, aligned, covering the message.
+// made it and it is the part its immediate announced. And the other way round: every
+// record the sender writes for a message (splitParts, partQp) is accepted in its order,
+// its parts tile the message, and none is accepted twice; the adaptive cut (splitByRate,
+// any rates and backlogs) makes the same number of parts, aligned, covering the message.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(qp >= 0 && qp < nqps, "part %d on queue pair %d of %d", part, qp, nqps);
     const std::string problem = ib::recordProblem(rec, seq, part, nqps, posted, part > 0 ? &first : nullptr, seen);
     FUZZ_CHECK(problem.empty(), "the sender's own part %d refused: %s", part, problem.c_str());
-    FUZZ_CHECK(!ib::recordProblem(rec, seq, part, nqps, posted, &rec, seen | 1u << part).empty(), "part %d twice", part);
+    FUZZ_CHECK(!ib::recordProblem(rec, seq, part, nqps, posted, &rec, seen | 1u << part).empty(), "part %d twice",
+               part);
     if (part == 0) first = rec;
     seen |= 1u << part;
   }

@@ -442,7 +442,20 @@ Status Endpoint::progress() {
   }
   for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pendingRail_[i], pending_[i]));
   npending_ = 0;
+  SNCCL_TRY(pollRails((uint32_t(1) << nrails_) - 1));
+  SNCCL_TRY(checkHealth());
+  SNCCL_TRY(checkControl(false));
+  // A receiver that gave up rails reports only now, when every completion is handled.
+  while (stateOwed_) {
+    stateOwed_ = false;
+    SNCCL_TRY(sendRailState());
+  }
+  return OkStatus();
+}
+
+Status Endpoint::pollRails(uint32_t mask) {
   for (int rail = 0; rail < nrails_; ++rail) {
+    if ((mask >> rail & 1) == 0) continue;
     for (;;) {
       ibv_wc wcs[16];
       int n = v_->pollCq(rails_[size_t(rail)].cq, 16, wcs);
@@ -451,8 +464,14 @@ Status Endpoint::progress() {
       if (n < 16) break;
     }
   }
-  SNCCL_TRY(checkHealth());
-  return checkControl(false);
+  return OkStatus();
+}
+
+int Endpoint::liveQps(int* live) const {
+  int n = 0;
+  for (int q = 0; q < int(qps_.size()); ++q)
+    if (!railDead(qpRail(q, nrails_))) live[n++] = q;
+  return n;
 }
 
 Status Endpoint::checkHealth() {
@@ -520,7 +539,10 @@ Status Endpoint::loseRail(int rail, const std::string& why) {
   SN_WARN("NET/IB : %s: rail %s failed (%s); the connection goes on over the other rails", what_.c_str(),
           rails_[size_t(rail)].port->label().c_str(), why.c_str());
   SNCCL_TRY(killRailQps(uint32_t(1) << rail));
-  if (!sender_) return sendRailState();
+  if (!sender_) {
+    stateOwed_ = true;  // progress() sends it
+    return OkStatus();
+  }
   CtlFrame f{uint32_t(Ctl::kRailDown), uint32_t(1) << rail};
   if (::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof f))
     return fail(RemoteError("NET/IB: %s: rail %s failed (%s), and the peer cannot be told: %s", what_.c_str(),
@@ -542,19 +564,9 @@ Status Endpoint::killRailQps(uint32_t mask) {
 
 Status Endpoint::sendRailState() {
   // The records that landed on the failed rails before their queue pairs stopped are in
-  // their completion queues (or kept by armWait): take them all, then say what arrived.
-  for (int i = 0; i < npending_; ++i) SNCCL_TRY(handleCompletion(pendingRail_[i], pending_[i]));
-  npending_ = 0;
-  for (int rail = 0; rail < nrails_; ++rail) {
-    if (!railDead(rail)) continue;
-    for (;;) {
-      ibv_wc wcs[16];
-      int n = v_->pollCq(rails_[size_t(rail)].cq, 16, wcs);
-      if (n < 0) return fail(SystemError("NET/IB: %s: ibv_poll_cq failed (%d)", what_.c_str(), n));
-      for (int i = 0; i < n; ++i) SNCCL_TRY(handleCompletion(rail, wcs[i]));
-      if (n < 16) break;
-    }
-  }
+  // their completion queues (the ones armWait kept were handled by progress()): take
+  // them all, then say what arrived.
+  SNCCL_TRY(pollRails(deadRails_));
   struct {
     CtlFrame head;
     RailState state;
@@ -567,18 +579,21 @@ Status Endpoint::sendRailState() {
     msg.state.partsSeen[slot] = r.live ? r.partsSeen : 0;
   }
   settledRails_ = deadRails_;
+  // Under a kilobyte on a socket that carries little else: it fits at once unless the
+  // peer stopped reading, which the bound below turns into an error.
   const char* p = reinterpret_cast<const char*>(&msg);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(params_.lingerMs);
   for (size_t done = 0; done < sizeof msg;) {
-    ssize_t k = ::send(ctl_.fd(), p + done, sizeof msg - done, MSG_NOSIGNAL);
+    ssize_t k = ::send(ctl_.fd(), p + done, sizeof msg - done, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && std::chrono::steady_clock::now() < until) {
       pollfd pf{ctl_.fd(), POLLOUT, 0};
-      (void)::poll(&pf, 1, 100);
+      (void)::poll(&pf, 1, 10);
       continue;
     }
     if (k <= 0)
       return fail(RemoteError("NET/IB: %s: a rail failed, and the peer cannot be told: %s", what_.c_str(),
-                              std::strerror(errno)));
+                              k < 0 ? std::strerror(errno) : "the control socket takes nothing"));
     done += size_t(k);
   }
   return OkStatus();
@@ -587,6 +602,12 @@ Status Endpoint::sendRailState() {
 Status Endpoint::railStateArrived(uint32_t mask, const RailState& st) {
   mask &= (uint32_t(1) << nrails_) - 1;
   if (!sender_ || (mask & ~settledRails_) == 0) return OkStatus();  // nothing new
+  SNCCL_TRY(peerLostRails(mask));
+  settledRails_ |= mask;
+  return resendLostParts(st);
+}
+
+Status Endpoint::peerLostRails(uint32_t mask) {
   for (int rail = 0; rail < nrails_; ++rail) {
     if ((mask >> rail & 1) == 0 || railDead(rail)) continue;
     if (!canLoseRail(rail))
@@ -597,15 +618,12 @@ Status Endpoint::railStateArrived(uint32_t mask, const RailState& st) {
     deadRails_ |= uint32_t(1) << rail;
     SNCCL_TRY(killRailQps(uint32_t(1) << rail));
   }
-  settledRails_ |= mask;
-  return resendLostParts(st);
+  return OkStatus();
 }
 
 Status Endpoint::resendLostParts(const RailState& st) {
   int live[kMaxQps];
-  int nlive = 0;
-  for (int q = 0; q < int(qps_.size()); ++q)
-    if (!railDead(qpRail(q, nrails_))) live[nlive++] = q;
+  const int nlive = liveQps(live);
   int turn = 0;
   for (uint64_t seq = retired_; seq < posted_; ++seq) {
     IbRequest& r = reqs_[seq % kSlots];
@@ -676,19 +694,8 @@ Status Endpoint::checkControl(bool force) {
       // The sender gave up rails: the receiver stops them and says what it has.
       const uint32_t fresh = f.code & ~settledRails_ & ((uint32_t(1) << nrails_) - 1);
       if (sender_ || fresh == 0) continue;
-      for (int rail = 0; rail < nrails_; ++rail) {
-        if ((fresh >> rail & 1) == 0) continue;
-        if (!canLoseRail(rail))
-          return fail(RemoteError("NET/IB: %s: the peer gave up rail %d, which this connection cannot lose; path %s",
-                                  what_.c_str(), rail, pathDescription().c_str()));
-        if (!railDead(rail)) {
-          SN_WARN("NET/IB : %s: the peer gave up rail %s; the connection goes on over the other rails", what_.c_str(),
-                  rails_[size_t(rail)].port->label().c_str());
-          deadRails_ |= uint32_t(1) << rail;
-          SNCCL_TRY(killRailQps(uint32_t(1) << rail));
-        }
-      }
-      SNCCL_TRY(sendRailState());
+      SNCCL_TRY(peerLostRails(fresh));
+      stateOwed_ = true;  // progress() sends it
       continue;
     }
     if (f.type == uint32_t(Ctl::kAbort)) {
@@ -728,11 +735,8 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   if (size > 0 && !covers(h, nrails_, p, size))
     return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
-  // The queue pairs of the rails that have not failed.
   int live[kMaxQps];
-  int nlive = 0;
-  for (int q = 0; q < int(qps_.size()); ++q)
-    if (!railDead(qpRail(q, nrails_))) live[nlive++] = q;
+  const int nlive = liveQps(live);
   size_t lens[kMaxQps];
   int nparts = 0;
   if (params_.adaptive) {

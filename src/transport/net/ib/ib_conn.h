@@ -97,6 +97,8 @@ class Endpoint {
 
  private:
   Status progress();
+  Status pollRails(uint32_t mask);  // handles the completions of the rails in mask
+  int liveQps(int* live) const;     // the queue pairs of rails not given up, in order
   Status handleCompletion(int rail, const ibv_wc& wc);
   Status checkControl(bool force);
   Status checkHealth();  // events the devices' threads recorded
@@ -119,6 +121,7 @@ class Endpoint {
   Status sendRailState();
   // Sender: the receiver's RailState for the rails in `mask`.
   Status railStateArrived(uint32_t mask, const RailState& st);
+  Status peerLostRails(uint32_t mask);  // the peer gave these up: stop them here too
   Status resendLostParts(const RailState& st);
   bool railDead(int rail) const { return (deadRails_ >> rail & 1) != 0; }
   std::string linkProblem(int* rail) const;
@@ -144,6 +147,7 @@ class Endpoint {
   QpRates rates_{1};  // sender, adaptive: what each queue pair delivers
   uint32_t deadRails_ = 0;      // a bit per rail that failed
   uint32_t settledRails_ = 0;   // sender: failed rails whose RailState came; receiver: reported
+  bool stateOwed_ = false;      // receiver: a RailState to send at the end of progress()
   uint64_t qpBytes_[kMaxQps] = {};  // sender: bytes posted on each queue pair
   Meta peer_{};
   uint64_t probeValue_ = 0;

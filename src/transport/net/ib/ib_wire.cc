@@ -27,8 +27,8 @@ int splitParts(size_t size, int nqps, size_t splitBytes, size_t* chunk) {
   return int((size + c - 1) / c);
 }
 
-std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted, const DoneRecord* first,
-                          uint32_t partsSeen) {
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted,
+                          const DoneRecord* first, uint32_t partsSeen) {
   if (rec.seq != seq)
     return format("a record of message %llu arrived for message %llu", (unsigned long long)rec.seq,
                   (unsigned long long)seq);
