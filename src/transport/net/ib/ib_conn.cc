@@ -567,10 +567,7 @@ Status Endpoint::sendRailState() {
   // their completion queues (the ones armWait kept were handled by progress()): take
   // them all, then say what arrived.
   SNCCL_TRY(pollRails(deadRails_));
-  struct {
-    CtlFrame head;
-    RailState state;
-  } msg{};
+  RailStateFrame msg{};
   msg.head = CtlFrame{uint32_t(Ctl::kRailState), deadRails_};
   msg.state.retired = retired_;
   for (int slot = 0; slot < kSlots; ++slot) {
@@ -679,10 +676,7 @@ Status Endpoint::checkControl(bool force) {
     }
     if (size_t(k) < sizeof f) return OkStatus();  // the rest of the frame is on its way
     if (f.type == uint32_t(Ctl::kRailState)) {
-      struct {
-        CtlFrame head;
-        RailState state;
-      } msg;
+      RailStateFrame msg;
       k = ::recv(ctl_.fd(), &msg, sizeof msg, MSG_DONTWAIT | MSG_PEEK);
       if (k < ssize_t(sizeof msg)) return OkStatus();  // the rest is on its way
       k = ::recv(ctl_.fd(), &msg, sizeof msg, MSG_DONTWAIT);

@@ -157,6 +157,11 @@ struct RailState {
   uint64_t seq[kSlots];       // the message each slot's live receive is for (UINT64_MAX: none)
   uint32_t partsSeen[kSlots]; // a bit per part of it whose record arrived
 };
+// The kRailState frame as it travels: the frame, then the state.
+struct RailStateFrame {
+  CtlFrame head;
+  RailState state;
+};
 
 // The listen handle: the TCP control socket's handle (socket net layout) behind this head.
 constexpr uint32_t kHandleMagic = 0x736e4968;  // "sNIh"
