@@ -41,6 +41,10 @@ Result<Ucp> loadUcp() {
   need(ucp, "ucp_ep_create", &u.epCreate);
   need(ucp, "ucp_ep_close_nbx", &u.epCloseNbx);
   need(ucp, "ucp_ep_flush_nbx", &u.epFlushNbx);
+  need(ucp, "ucp_listener_create", &u.listenerCreate);
+  need(ucp, "ucp_listener_destroy", &u.listenerDestroy);
+  need(ucp, "ucp_listener_query", &u.listenerQuery);
+  need(ucp, "ucp_listener_reject", &u.listenerReject);
   need(ucp, "ucp_am_send_nbx", &u.amSendNbx);
   need(ucp, "ucp_tag_send_nbx", &u.tagSendNbx);
   need(ucp, "ucp_tag_recv_nbx", &u.tagRecvNbx);

@@ -32,6 +32,11 @@ struct Ucp {
   ucs_status_ptr_t (*epCloseNbx)(ucp_ep_h ep, const ucp_request_param_t* param);
   ucs_status_ptr_t (*epFlushNbx)(ucp_ep_h ep, const ucp_request_param_t* param);
 
+  ucs_status_t (*listenerCreate)(ucp_worker_h worker, const ucp_listener_params_t* params, ucp_listener_h* listener);
+  void (*listenerDestroy)(ucp_listener_h listener);
+  ucs_status_t (*listenerQuery)(ucp_listener_h listener, ucp_listener_attr_t* attr);
+  ucs_status_t (*listenerReject)(ucp_listener_h listener, ucp_conn_request_h request);
+
   ucs_status_ptr_t (*amSendNbx)(ucp_ep_h ep, unsigned id, const void* header, size_t headerLength, const void* buffer,
                                 size_t count, const ucp_request_param_t* param);
   ucs_status_ptr_t (*tagSendNbx)(ucp_ep_h ep, const void* buffer, size_t count, ucp_tag_t tag,

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/params.h"
+#include "common/socket.h"
 #include "transport/net/ucx/ucx_api.h"
 
 namespace snccl::net {
@@ -29,16 +31,29 @@ using ucx::Ucp;
 enum AmId : unsigned { kAmHello = 1, kAmCts = 2, kAmBye = 3 };
 
 constexpr uint32_t kHandleMagic = 0x55435831;  // "UCX1"
-constexpr uint16_t kHandleVersion = 1;
+constexpr uint16_t kHandleVersion = 2;
+
+// How a sender reaches the receiver (SNCCL_UCX_CONNECT, the receiver's choice).
+enum class Connect : uint16_t {
+  kAddress = 0,   // the receiver's worker address follows the head
+  kSockaddr = 1,  // a sock::Address::Wire follows: the receiver's UCP listener
+};
 
 struct HandleHead {
   uint32_t magic;
   uint16_t version;
-  uint16_t reserved;
+  Connect connect;
   uint64_t nonce;
-  uint32_t addrBytes;  // the receiver's worker address follows
-  uint32_t reserved2;
+  uint32_t addrBytes;  // the bytes that follow the head
+  uint32_t reserved;
 };
+
+Result<Connect> connectFromParams() {
+  const std::string& mode = params::getString(params::Id::UcxConnect);
+  if (mode == "address" || mode.empty()) return Connect::kAddress;
+  if (mode == "sockaddr") return Connect::kSockaddr;
+  return InvalidArgument("SNCCL_UCX_CONNECT=%s: expected address or sockaddr", mode.c_str());
+}
 
 // Tags of data messages: seq in the low 24 bits (at most kMaxSteps messages are ever
 // outstanding on a comm, so they never collide), the imm above them, a marker on top.
@@ -96,6 +111,53 @@ class Endpoint {
     ep.err_handler.cb = onError;
     ep.err_handler.arg = this;
     return check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create");
+  }
+
+  // The sender's endpoint to a receiver's listener, through UCX's connection manager.
+  Status connectToListener(const sock::Address& address) {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = address.sa();
+    ep.sockaddr.addrlen = address.len();
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = onError;
+    ep.err_handler.arg = this;
+    return check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create (to a listener)");
+  }
+
+  // Listens on `local` (port 0: any free one); *bound is the address senders connect to.
+  Status listenOn(const sock::Address& local, sock::Address* bound) {
+    ucp_listener_params_t lp{};
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = local.sa();
+    lp.sockaddr.addrlen = local.len();
+    lp.conn_handler.cb = onConnRequest;
+    lp.conn_handler.arg = this;
+    SNCCL_TRY(check(u_->listenerCreate(worker, &lp, &listener), "ucp_listener_create"));
+    ucp_listener_attr_t attr{};
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    SNCCL_TRY(check(u_->listenerQuery(listener, &attr), "ucp_listener_query"));
+    *bound = local;
+    bound->setPort(sock::Address(reinterpret_cast<const sockaddr*>(&attr.sockaddr), sizeof attr.sockaddr).port());
+    return OkStatus();
+  }
+
+  // The receiver's endpoint for the connection its listener was asked for; the listener
+  // (one connection per listen comm) is closed.
+  Status acceptRequest() {
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.conn_request = connRequest;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = onError;
+    ep.err_handler.arg = this;
+    connRequest = nullptr;
+    Status s = check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create (for a connection request)");
+    closeListener();
+    return s;
   }
 
   Status workerAddress(std::vector<unsigned char>* out) {
@@ -156,6 +218,7 @@ class Endpoint {
   // `wait`; without, only the goodbye is given a moment to leave. The close itself never
   // waits for the peer.
   void destroy(bool flush, std::chrono::milliseconds wait) {
+    closeListener();
     for (UcxRequest* r : live) {
       if (r->ucp != nullptr) {
         u_->requestCancel(worker, r->ucp);
@@ -211,6 +274,8 @@ class Endpoint {
   const Ucp* u_;
   ucp_worker_h worker = nullptr;
   ucp_ep_h ep = nullptr;
+  ucp_listener_h listener = nullptr;         // sockaddr mode, until a sender connects
+  ucp_conn_request_h connRequest = nullptr;  // the connection its sender asked for
   ucs_status_t error = UCS_OK;
   uint64_t nonce = 0;
   // What the handlers learnt.
@@ -257,6 +322,24 @@ class Endpoint {
     while (!ctrl_.empty() && ctrl_.front().req == nullptr) ctrl_.pop_front();
   }
 
+  void closeListener() {
+    if (listener == nullptr) return;
+    if (connRequest != nullptr) u_->listenerReject(listener, connRequest);
+    connRequest = nullptr;
+    u_->listenerDestroy(listener);
+    listener = nullptr;
+  }
+
+  // A listen comm takes one connection: a second request (a stranger) is refused.
+  static void onConnRequest(ucp_conn_request_h request, void* arg) {
+    auto* e = static_cast<Endpoint*>(arg);
+    if (e->connRequest != nullptr || e->ep != nullptr) {
+      e->u_->listenerReject(e->listener, request);
+      return;
+    }
+    e->connRequest = request;
+  }
+
   static void onError(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* e = static_cast<Endpoint*>(arg);
     if (e->error == UCS_OK) e->error = status;
@@ -266,16 +349,17 @@ class Endpoint {
     out[0] = out[1] = 0;
     std::memcpy(out, header, std::min(bytes, 2 * sizeof(uint64_t)));
   }
-  // HELLO (nonce, 0) with the sender's worker address as data; one whose nonce is not
-  // the handle's is a stranger's and is ignored.
+  // HELLO (nonce, 0), with the sender's worker address as data in address mode; one
+  // whose nonce is not the handle's is a stranger's and is ignored.
   static ucs_status_t onHello(void* arg, const void* header, size_t headerBytes, void* data, size_t bytes,
                               const ucp_am_recv_param_t*) {
     auto* e = static_cast<Endpoint*>(arg);
     uint64_t w[2];
     words(header, headerBytes, w);
-    if (!e->helloArrived && w[0] == e->nonce && data != nullptr && bytes > 0) {
+    if (!e->helloArrived && w[0] == e->nonce) {
       e->helloArrived = true;
-      e->helloAddress.assign(static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + bytes);
+      if (data != nullptr)
+        e->helloAddress.assign(static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + bytes);
     }
     return UCS_OK;
   }
@@ -349,13 +433,26 @@ class UcxNet final : public Net {
   }
 
   Status listen(int, Handle* handle, ListenComm** listenComm) override {
+    SNCCL_ASSIGN_OR_RETURN(const Connect mode, connectFromParams());
     auto l = std::make_unique<UListen>();
     l->end = std::make_unique<Endpoint>(u_);
     SNCCL_TRY(l->end->createWorker(ctx_));
     l->end->nonce = nextNonce();
     std::vector<unsigned char> addr;
-    SNCCL_TRY(l->end->workerAddress(&addr));
-    HandleHead head{kHandleMagic, kHandleVersion, 0, l->end->nonce, uint32_t(addr.size()), 0};
+    if (mode == Connect::kAddress) {
+      SNCCL_TRY(l->end->workerAddress(&addr));
+    } else {
+      SNCCL_ASSIGN_OR_RETURN(const sock::Interface itf, sock::chooseLocalInterface());
+      sock::Address local = itf.addr;
+      local.setPort(0);
+      sock::Address bound;
+      SNCCL_TRY(l->end->listenOn(local, &bound));
+      SN_INFO(log::kNet, "NET/UCX : listening on %s (%s) for a connection through UCX's connection manager",
+              bound.toString().c_str(), itf.name.c_str());
+      const sock::Address::Wire wire = bound.toWire();
+      addr.assign(reinterpret_cast<const unsigned char*>(&wire), reinterpret_cast<const unsigned char*>(&wire + 1));
+    }
+    HandleHead head{kHandleMagic, kHandleVersion, mode, l->end->nonce, uint32_t(addr.size()), 0};
     handle->bytes.resize(sizeof head + addr.size());
     std::memcpy(handle->bytes.data(), &head, sizeof head);
     std::memcpy(handle->bytes.data() + sizeof head, addr.data(), addr.size());
@@ -395,9 +492,20 @@ class UcxNet final : public Net {
     *recvComm = nullptr;
     auto* l = static_cast<UListen*>(listenComm);
     if (l->end == nullptr) return InvalidUsage("NET/UCX : a listen comm accepts one connection");
-    l->end->progress();
-    if (!l->end->helloArrived) return OkStatus();
-    SNCCL_TRY(l->end->connectTo(l->end->helloAddress.data()));
+    Endpoint* e = l->end.get();
+    e->progress();
+    if (e->listener != nullptr || e->connRequest != nullptr) {
+      // sockaddr mode: the sender's request makes the endpoint, then its HELLO arrives.
+      if (e->connRequest == nullptr) return OkStatus();
+      SNCCL_TRY(e->acceptRequest());
+      e->progress();
+    }
+    SNCCL_TRY(e->health());
+    if (!e->helloArrived) return OkStatus();
+    if (e->ep == nullptr) {
+      if (e->helloAddress.empty()) return InternalError("NET/UCX : the sender's HELLO carries no worker address");
+      SNCCL_TRY(e->connectTo(e->helloAddress.data()));
+    }
     auto r = std::make_unique<URecv>();
     r->end = std::move(l->end);
     *recvComm = r.release();
@@ -593,11 +701,22 @@ class UcxNet final : public Net {
     if (handle.bytes.size() < sizeof head) return InternalError("NET/UCX : a %zu-byte handle", handle.bytes.size());
     std::memcpy(&head, handle.bytes.data(), sizeof head);
     if (head.magic != kHandleMagic || head.version != kHandleVersion ||
+        (head.connect != Connect::kAddress && head.connect != Connect::kSockaddr) ||
         handle.bytes.size() != sizeof head + head.addrBytes)
       return InternalError("NET/UCX : the peer's listen handle is not a UCX one (does it use another net?)");
     auto s = std::make_unique<USend>();
     s->end = std::make_unique<Endpoint>(u_);
     SNCCL_TRY(s->end->createWorker(ctx_));
+    if (head.connect == Connect::kSockaddr) {
+      sock::Address::Wire wire{};
+      if (head.addrBytes != sizeof wire)
+        return InternalError("NET/UCX : a listener address of %u bytes", head.addrBytes);
+      std::memcpy(&wire, handle.bytes.data() + sizeof head, sizeof wire);
+      SNCCL_ASSIGN_OR_RETURN(const sock::Address listener, sock::Address::fromWire(wire));
+      SNCCL_TRY(s->end->connectToListener(listener));
+      SNCCL_TRY(s->end->sendCtrl(kAmHello, head.nonce, 0));
+      return s;
+    }
     SNCCL_TRY(s->end->connectTo(handle.bytes.data() + sizeof head));
     std::vector<unsigned char> mine;
     SNCCL_TRY(s->end->workerAddress(&mine));

@@ -7,12 +7,20 @@
 // nets, so it is never chosen without being asked for.
 //
 // Each connection end has its own UCP worker, so nothing is shared between comms that
-// different threads drive:
-//  - listen() creates the receiver's worker; its address travels in the Handle (any
-//    length, as net.h allows);
-//  - connect() creates the sender's worker and an endpoint to the receiver, and sends a
+// different threads drive. How the sender reaches the receiver is the receiver's choice
+// (SNCCL_UCX_CONNECT), written in the Handle (any length, as net.h allows):
+//  - address (default): listen() puts the receiver's worker address in the Handle;
+//    connect() creates the sender's worker and an endpoint to that address, and sends a
 //    HELLO active message carrying the sender's worker address and the handle's nonce;
-//  - accept() answers the HELLO with an endpoint back to the sender.
+//    accept() answers the HELLO with an endpoint back to the sender. UCX wires up its
+//    transports itself; on RDMA devices its RC transport needs its UD transport for that;
+//  - sockaddr: listen() opens a UCP listener on the IP address of SNCCL_SOCKET_IFNAME's
+//    interface and puts that address in the Handle; connect() creates an endpoint to it
+//    through UCX's connection manager (rdmacm on RDMA devices, TCP otherwise) and sends a
+//    HELLO with the nonce; accept() makes the receiver's endpoint from the connection
+//    request, closes the listener, and returns once the HELLO has arrived. One endpoint
+//    per end carries both directions. This needs no UD, which does not connect on some
+//    RoCE devices (Soft-RoCE with UCX 1.13).
 // Data follows snccl's receiver-driven credit rule, which UCX's tag matching alone would
 // not keep (an unexpected message is buffered by UCX):
 //  - irecv posts a tagged receive for message number `seq`, then sends the sender a CTS
