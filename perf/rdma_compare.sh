@@ -16,6 +16,10 @@
 #   broadcast SIZE         sn_broadcast_perf on 2 ranks: rank 0 sends to rank 1 only, so its
 #                          reference is ib_write_bw (one direction); _unreg and _registered
 #   ib_write_lat 8         perftest, typical us;  sendrecv 8: sn_sendrecv_perf time, us
+#   ucx_put_bw SIZE        ucx_perftest put_bw over UCX's rc_verbs transport (UCT, zero
+#                          copy), one direction: UCX's own RDMA-write rate on this device
+#   ucx_broadcast/_sendrecv the same sn_*_perf runs over the UCX net (SNCCL_NET=UCX,
+#                          UCX_TLS=rc_verbs, SNCCL_UCX_CONNECT=sockaddr), unregistered
 # The guest's CPUs are emulated (TCG): absolute numbers are tens of MB/s and say nothing
 # about hardware; the ratios compare the two software paths on one device.
 set -euo pipefail
@@ -30,7 +34,7 @@ while getopts "r:b:h" o; do
   case $o in
     r) rounds=$OPTARG ;;
     b) build=$OPTARG ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
   esac
 done
 
@@ -55,19 +59,40 @@ perftest_bw() {  # SIZE [-b]
   [ -n "$v" ] && [ "${v%%.*}" != 0 ] && row "ib_write_bw${2:+_bidir}" "$1" "$( [ -n "${2:-}" ] && awk -v v="$v" 'BEGIN{print v/2}' || echo "$v")"
 }
 
+# The net the sn_*_perf runs use: NET=ucx (below) for the UCX net over UCX's verbs transport.
+netenv() {
+  if [ "${NET:-ib}" = ucx ]; then
+    echo SNCCL_NET=UCX SNCCL_UCX_CONNECT=sockaddr UCX_TLS=rc_verbs UCX_NET_DEVICES="$SNCCL_RXE_DEV:1"
+  else
+    echo SNCCL_NET=IB
+  fi
+}
+
 snperf() {  # TOOL LABEL EXTRA_ARGS...
   local tool=$1 label=$2
   shift 2
   local common=(-b 1M -e 4M -f 4 -n 8 -w 2 "$@")
-  env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
+  # shellcheck disable=SC2046  # netenv's words are separate assignments
+  env $(netenv) SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
     WORLD_SIZE=2 RANK=1 SNCCL_HOSTID=b "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r1" 2>&1 &
-  env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
+  # shellcheck disable=SC2046
+  env $(netenv) SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
     WORLD_SIZE=2 RANK=0 SNCCL_HOSTID=a "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r0" 2>&1 || true
   wait || true
   # bytes / time (column 6, us) = MB/s: busbw for sendrecv and for allreduce on 2 ranks
   # (the table's GB/s has too few digits at these rates); for broadcast on 2 ranks, busbw
   # is bytes / time as well
   awk -v l="$label" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 > 0 {printf "%s %s %.1f\n", l, $1, $1 / $6}' "$out/r0" >>"$out/rows"
+}
+
+ucx_put_bw() {  # SIZE
+  local n=$((16777216 / $1 < 5 ? 5 : 16777216 / $1)) v
+  timeout 120 ucx_perftest -t put_bw -D zcopy -x rc_verbs -d "$SNCCL_RXE_DEV:1" -s "$1" -n "$n" >/dev/null 2>&1 &
+  sleep 1
+  v=$(timeout 120 ucx_perftest "$SNCCL_RXE_ADDR" -t put_bw -D zcopy -x rc_verbs -d "$SNCCL_RXE_DEV:1" -s "$1" -n "$n" 2>&1 |
+      awk '/^Final:/ {print $6}')
+  wait || true
+  [ -n "$v" ] && row ucx_put_bw "$1" "$v"
 }
 
 snlat() {
@@ -90,6 +115,11 @@ for ((r = 1; r <= rounds; r++)); do
   snperf allreduce allreduce_unreg
   snperf broadcast broadcast_unreg
   snperf broadcast broadcast_registered -R 1
+  if command -v ucx_perftest >/dev/null; then
+    for s in 1048576 4194304; do ucx_put_bw "$s"; done
+    NET=ucx snperf broadcast ucx_broadcast_unreg
+    NET=ucx snperf sendrecv ucx_sendrecv_unreg
+  fi
   v=$(PERFTEST_TIMEOUT=60 $PT loop ib_write_lat -s 8 -n 500 | awk '$1 == 8 {print $5}' | tail -1)
   [ -n "$v" ] && row ib_write_lat_us 8 "$v"
   snlat
