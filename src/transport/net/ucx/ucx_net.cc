@@ -2,6 +2,7 @@
 #include "transport/net/ucx/ucx_net.h"
 
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,7 +29,10 @@ namespace {
 
 using ucx::Ucp;
 
-enum AmId : unsigned { kAmHello = 1, kAmCts = 2, kAmBye = 3 };
+enum AmId : unsigned { kAmHello = 1, kAmCts = 2, kAmBye = 3, kAmProbe = 4 };
+
+// How often a comm that waits on its peer with nothing in flight sends a PROBE.
+constexpr std::chrono::milliseconds kProbeInterval{1000};
 
 constexpr uint32_t kHandleMagic = 0x55435831;  // "UCX1"
 constexpr uint16_t kHandleVersion = 2;
@@ -91,6 +95,7 @@ class Endpoint {
   ~Endpoint() {
     destroy(false, std::chrono::milliseconds(100));
     if (wakeFd >= 0) ::close(wakeFd);
+    if (probeFd >= 0) ::close(probeFd);
   }
 
   Status createWorker(ucp_context_h ctx) {
@@ -98,7 +103,7 @@ class Endpoint {
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one thread at a time, not always the same
     SNCCL_TRY(check(u_->workerCreate(ctx, &wp, &worker), "ucp_worker_create"));
-    for (unsigned id : {kAmHello, kAmCts, kAmBye}) SNCCL_TRY(setHandler(id));
+    for (unsigned id : {kAmHello, kAmCts, kAmBye, kAmProbe}) SNCCL_TRY(setHandler(id));
     return OkStatus();
   }
 
@@ -193,6 +198,33 @@ class Endpoint {
     u_->workerProgress(worker);
     reapCtrl();
   }
+
+  // A cut link hides the peer: an end that waits with nothing in flight would hear of it
+  // only from UCX's keepalive (20 s by default, and not on every transport) or at
+  // SNCCL_TIMEOUT. While a caller waits, a PROBE every kProbeInterval keeps a message in
+  // flight: the peer's transport acknowledges it without the peer's own progress, and on
+  // a dead path it fails (RC: after its retries), failing the endpoint.
+  void probeWhileWaiting() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!ctrl_.empty() || ep == nullptr || now - lastProbe_ < kProbeInterval) return;
+    lastProbe_ = now;
+    (void)sendCtrl(kAmProbe, 0, 0);  // a send that fails at once fails nothing; the next wait tries again
+  }
+  // A caller waits on this end: a request is in flight, or a send waits for its credit.
+  bool waiting() const { return !live.empty() || wantCredit; }
+  // Arms probeFd to fire when the next PROBE is due; false when it cannot.
+  bool armProbeTimer() {
+    if (probeFd < 0) probeFd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (probeFd < 0) return false;
+    uint64_t expired = 0;
+    if (read(probeFd, &expired, sizeof expired) < 0) expired = 0;  // EAGAIN: it has not fired
+    const auto due = lastProbe_ + kProbeInterval - std::chrono::steady_clock::now();
+    const int64_t ns = std::max<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(due).count(), 1000000);
+    itimerspec t{};
+    t.it_value.tv_sec = ns / 1000000000;
+    t.it_value.tv_nsec = ns % 1000000000;
+    return timerfd_settime(probeFd, 0, &t, nullptr) == 0;
+  }
   // Every control message sent so far has left.
   bool ctrlIdle() const { return ctrl_.empty(); }
 
@@ -260,7 +292,7 @@ class Endpoint {
     h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
                    UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
     h.id = id;
-    h.cb = id == kAmHello ? onHello : id == kAmCts ? onCts : onBye;
+    h.cb = id == kAmHello ? onHello : id == kAmCts ? onCts : id == kAmBye ? onBye : onProbe;
     h.arg = this;
     h.flags = UCP_AM_FLAG_WHOLE_MSG;
     return check(u_->workerSetAmRecvHandler(worker, &h), "ucp_worker_set_am_recv_handler");
@@ -291,6 +323,7 @@ class Endpoint {
   std::unordered_set<UcxRequest*> live;  // requests not yet completed, freed on close
   int fd = -1;                           // the worker's event descriptor (-1: not known yet)
   int wakeFd = -1;                       // an eventfd pollFds signals when sleeping is wrong
+  int probeFd = -1;                      // a timerfd that wakes a sleeping caller for the next PROBE
 
  private:
   void waitFor(ucs_status_ptr_t s, std::chrono::milliseconds wait) {
@@ -345,6 +378,8 @@ class Endpoint {
     if (e->error == UCS_OK) e->error = status;
   }
 
+  static ucs_status_t onProbe(void*, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) { return UCS_OK; }
+
   static void words(const void* header, size_t bytes, uint64_t out[2]) {
     out[0] = out[1] = 0;
     std::memcpy(out, header, std::min(bytes, 2 * sizeof(uint64_t)));
@@ -386,6 +421,7 @@ class Endpoint {
   }
 
   std::deque<CtrlSend> ctrl_;  // deque: elements never move, so headers stay put
+  std::chrono::steady_clock::time_point lastProbe_ = std::chrono::steady_clock::now();
 };
 
 class UListen final : public ListenComm {
@@ -532,6 +568,7 @@ class UcxNet final : public Net {
     if (e->credits.empty()) {
       if (e->bye) return RemoteError("NET/UCX : the receiver closed the connection; cannot send %zu bytes", size);
       e->wantCredit = true;
+      e->probeWhileWaiting();
       return OkStatus();
     }
     e->wantCredit = false;
@@ -597,7 +634,10 @@ class UcxNet final : public Net {
         Status h = e->health();
         if (h.ok() && r->recv && e->bye && r->seq >= e->byeSeq)
           h = RemoteError("NET/UCX : the sender closed the connection before the message this receive waits for");
-        if (h.ok()) return OkStatus();
+        if (h.ok()) {
+          e->probeWhileWaiting();
+          return OkStatus();
+        }
         finish(r);
         return h;
       }
@@ -637,6 +677,11 @@ class UcxNet final : public Net {
       return true;
     }
     fds->push_back({e->fd, POLLIN, 0});
+    // A waiting end wakes for its next PROBE (probeWhileWaiting), once a second.
+    if (e->waiting()) {
+      if (!e->armProbeTimer()) return false;
+      fds->push_back({e->probeFd, POLLIN, 0});
+    }
     return true;
   }
 

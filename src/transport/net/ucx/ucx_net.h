@@ -29,6 +29,11 @@
 //    sends one tagged message. Its 64-bit tag carries seq in the low 24 bits and the imm
 //    in the 32 bits above them;
 //  - messages complete in order.
+// An end that waits on its peer (a request in flight, or a send waiting for its credit)
+// sends a PROBE active message once a second when nothing else is in flight, and its
+// proxy sleeps with a timer for it: on a cut link the PROBE fails (RC: after its retries)
+// and fails the endpoint, where UCX's own keepalive comes every 20 s, and not on every
+// transport.
 // Closing sends a BYE active message with the abort code (0: in order) and, from a sender,
 // how many messages it sent, so that a BYE overtaking data on another UCX lane fails no
 // receive that data will still complete. A failed endpoint
