@@ -109,26 +109,29 @@ class Endpoint {
 
   Status connectTo(const void* address) {
     ucp_ep_params_t ep{};
-    ep.field_mask =
-        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     ep.address = static_cast<const ucp_address_t*>(address);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = onError;
-    ep.err_handler.arg = this;
+    failOnPeerError(&ep);
     return check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create");
+  }
+
+  // UCX's peer error handling: a dead process or a failed path fails the endpoint, and
+  // onError records why.
+  void failOnPeerError(ucp_ep_params_t* ep) {
+    ep->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep->err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep->err_handler.cb = onError;
+    ep->err_handler.arg = this;
   }
 
   // The sender's endpoint to a receiver's listener, through UCX's connection manager.
   Status connectToListener(const sock::Address& address) {
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
     ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     ep.sockaddr.addr = address.sa();
     ep.sockaddr.addrlen = address.len();
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = onError;
-    ep.err_handler.arg = this;
+    failOnPeerError(&ep);
     return check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create (to a listener)");
   }
 
@@ -153,12 +156,9 @@ class Endpoint {
   // (one connection per listen comm) is closed.
   Status acceptRequest() {
     ucp_ep_params_t ep{};
-    ep.field_mask =
-        UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
     ep.conn_request = connRequest;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = onError;
-    ep.err_handler.arg = this;
+    failOnPeerError(&ep);
     connRequest = nullptr;
     Status s = check(u_->epCreate(worker, &ep, &this->ep), "ucp_ep_create (for a connection request)");
     closeListener();
