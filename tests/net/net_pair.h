@@ -17,11 +17,13 @@ struct Pair {
 };
 
 // listen on `rx`, connect from `tx` (the same net, or another setting of it), both driven
-// here until both are up, or until connect fails (returned).
-inline Status connectPair(Net* rx, Net* tx, Pair* p) {
+// here until both are up, or until connect fails (returned). `handle`, when given, gets
+// the listen handle the connection was made with.
+inline Status connectPair(Net* rx, Net* tx, Pair* p, Handle* handle = nullptr) {
   Handle h{};
   ListenComm* l = nullptr;
   SNCCL_TRY(rx->listen(0, &h, &l));
+  if (handle != nullptr) *handle = h;
   Handle ch = h;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   Status st;

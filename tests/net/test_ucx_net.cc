@@ -1,8 +1,8 @@
 // The UCX net (transport/net/ucx/) over UCX's TCP transport on loopback, both ends driven
 // by the test thread: the receiver-driven credit rule (no send before a receive is posted,
 // and a message larger than the receive is refused), sizes and imm of every kind of
-// message, order, the goodbye of a clean close and the abort code of an aborting one, and a
-// handle from another net refused. A killed peer and a cut link are the multi-rank suites'
+// message, order, the goodbye of a clean close and the abort code of an aborting one, a
+// handle from another net refused, and (SNCCL_UCX_CONNECT=sockaddr) one sender per listener. A killed peer and a cut link are the multi-rank suites'
 // (test_net_ranks_ucx, test_net_netns_ucx): UCX does not survive fork() in one process.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "net_pair.h"
@@ -195,6 +196,38 @@ TEST(UcxNet, CleanCloseIsAGoodbyeAndAbortCarriesItsCode) {
     EXPECT_EQ(net->peerAbortCode(p.recv), code);
     closePair(net, net, p);
   }
+}
+
+// SNCCL_UCX_CONNECT=sockaddr (test_ucx_net_sockaddr): a listener takes one sender and is
+// closed once it is accepted, so a second sender on the same handle fails instead of
+// waiting for credits that never come, and the first connection goes on.
+TEST(UcxNet, ASockaddrListenerTakesOneSender) {
+  NEED_UCX(net);
+  const char* mode = std::getenv("SNCCL_UCX_CONNECT");
+  if (mode == nullptr || std::string(mode) != "sockaddr") GTEST_SKIP() << "for SNCCL_UCX_CONNECT=sockaddr";
+  Pair p;
+  Handle h;
+  ASSERT_TRUE(connectPair(net, net, &p, &h).ok());
+  Handle second = h;
+  SendComm* late = nullptr;
+  Status st;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (st.ok() && late == nullptr && Clock::now() < deadline) st = net->connect(0, &second, &late);
+  EXPECT_FALSE(st.ok()) << "a second sender connected to a listener that had its connection";
+  EXPECT_NE(st.message().find("NET/UCX"), std::string::npos) << st.message();
+  if (late != nullptr) {
+    EXPECT_TRUE(net->closeSend(late, 0).ok());
+  }
+  net->cancelConnect(&second);
+  std::vector<char> src(1000, 'q'), dst(1000, 0);
+  Request* rr = postRecv(net, p.recv, dst.data(), dst.size());
+  ASSERT_NE(rr, nullptr);
+  Request* sr = sendWhenCredited(net, p, src.data(), src.size(), 3, rr);
+  ASSERT_NE(sr, nullptr);
+  ASSERT_TRUE(wait(net, sr).ok());
+  ASSERT_TRUE(wait(net, rr).ok());
+  EXPECT_EQ(dst, src);
+  closePair(net, net, p);
 }
 
 TEST(UcxNet, HandleOfAnotherNetIsRefused) {
