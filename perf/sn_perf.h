@@ -27,8 +27,9 @@ enum OpKind { kSum, kProd, kMax, kMin, kAvg, kMulSum, kNumOpKinds };
 const char* opKindName(int op);
 
 // How the tools allocate their buffers ("-A"): ncclMemAlloc, or what a torch or MPI program
-// passes, plain malloc or posix_memalign to 64 bytes (torch's CPU allocator).
-enum class BufAlloc { kMemAlloc, kMalloc, kMemalign };
+// passes, plain malloc or posix_memalign to 64 bytes (torch's CPU allocator), or device
+// memory (cuMemAlloc through the driver SNCCL_CUDA_DRIVER names, calls on CUDA streams).
+enum class BufAlloc { kMemAlloc, kMalloc, kMemalign, kDevice };
 const char* bufAllocName(BufAlloc a);
 
 struct Options {

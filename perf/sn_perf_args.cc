@@ -53,12 +53,12 @@ void usage(const char* prog) {
       "  [-J,--output_file <JSON report file>] [-u,--unalign <elements>] [-M,--memory <0/1>]\n"
       "  [-I,--per_iter_timing <0/1> time each call after a barrier; a line per size gives the\n"
       "   median, 99th percentile and largest time per call of the slowest rank]\n"
-      "  [-A,--alloc <memalloc/malloc/memalign> buffers from ncclMemAlloc (default), malloc, or\n"
-      "   posix_memalign to 64 bytes]\n"
+      "  [-A,--alloc <memalloc/malloc/memalign/device> buffers from ncclMemAlloc (default), malloc,\n"
+      "   posix_memalign to 64 bytes, or CUDA device memory (calls on one CUDA stream per rank)]\n"
       "  [-h,--help]\n"
       "Ranks = processes x threads x ranks per thread. Processes: mpirun (the *_perf_mpi\n"
       "executables) or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (perf/launch_local.sh).\n"
-      "Host memory only: -G, -D, -x, -V (CUDA graphs and the device API) are not available.\n",
+      "-G, -D, -x, -V (CUDA graphs and the device API) are not available.\n",
       prog);
 }
 
@@ -97,7 +97,7 @@ bool parseOps(const char* text, Options* o) {
 }
 
 bool parseAlloc(const char* text, Options* o) {
-  for (BufAlloc a : {BufAlloc::kMemAlloc, BufAlloc::kMalloc, BufAlloc::kMemalign})
+  for (BufAlloc a : {BufAlloc::kMemAlloc, BufAlloc::kMalloc, BufAlloc::kMemalign, BufAlloc::kDevice})
     if (std::strcmp(text, bufAllocName(a)) == 0) {
       o->alloc = a;
       return true;
@@ -168,6 +168,8 @@ const char* bufAllocName(BufAlloc a) {
   switch (a) {
     case BufAlloc::kMalloc: return "malloc";
     case BufAlloc::kMemalign: return "memalign";
+    case BufAlloc::kDevice:
+      return "device";
     default: return "memalloc";
   }
 }

@@ -73,32 +73,32 @@ void fromPrevious(int rank, int n, int, const Counts& c, std::vector<OutBlock>* 
 }
 
 ncclResult_t issueAllReduce(const IssueArgs& a) {
-  return ncclAllReduce(a.send, a.recv, a.count, a.dt, a.op, a.comm, nullptr);
+  return ncclAllReduce(a.send, a.recv, a.count, a.dt, a.op, a.comm, a.stream);
 }
-ncclResult_t issueAllGather(const IssueArgs& a) { return ncclAllGather(a.send, a.recv, a.count, a.dt, a.comm, nullptr); }
+ncclResult_t issueAllGather(const IssueArgs& a) { return ncclAllGather(a.send, a.recv, a.count, a.dt, a.comm, a.stream); }
 ncclResult_t issueReduceScatter(const IssueArgs& a) {
-  return ncclReduceScatter(a.send, a.recv, a.count, a.dt, a.op, a.comm, nullptr);
+  return ncclReduceScatter(a.send, a.recv, a.count, a.dt, a.op, a.comm, a.stream);
 }
 ncclResult_t issueBroadcast(const IssueArgs& a) {
-  return ncclBroadcast(a.send, a.recv, a.count, a.dt, a.root, a.comm, nullptr);
+  return ncclBroadcast(a.send, a.recv, a.count, a.dt, a.root, a.comm, a.stream);
 }
 ncclResult_t issueReduce(const IssueArgs& a) {
-  return ncclReduce(a.send, a.recv, a.count, a.dt, a.op, a.root, a.comm, nullptr);
+  return ncclReduce(a.send, a.recv, a.count, a.dt, a.op, a.root, a.comm, a.stream);
 }
-ncclResult_t issueAlltoAll(const IssueArgs& a) { return ncclAlltoAll(a.send, a.recv, a.count, a.dt, a.comm, nullptr); }
+ncclResult_t issueAlltoAll(const IssueArgs& a) { return ncclAlltoAll(a.send, a.recv, a.count, a.dt, a.comm, a.stream); }
 ncclResult_t issueGather(const IssueArgs& a) {
-  return ncclGather(a.send, a.recv, a.count, a.dt, a.root, a.comm, nullptr);
+  return ncclGather(a.send, a.recv, a.count, a.dt, a.root, a.comm, a.stream);
 }
 ncclResult_t issueScatter(const IssueArgs& a) {
-  return ncclScatter(a.send, a.recv, a.count, a.dt, a.root, a.comm, nullptr);
+  return ncclScatter(a.send, a.recv, a.count, a.dt, a.root, a.comm, a.stream);
 }
 
 // A ring shift: every rank sends to the next and receives from the previous (the caller's
 // group pairs the two calls, so no rank waits on an unposted receive).
 ncclResult_t issueSendRecv(const IssueArgs& a) {
-  ncclResult_t r = ncclSend(a.send, a.count, a.dt, (a.rank + 1) % a.nranks, a.comm, nullptr);
+  ncclResult_t r = ncclSend(a.send, a.count, a.dt, (a.rank + 1) % a.nranks, a.comm, a.stream);
   if (r != ncclSuccess) return r;
-  return ncclRecv(a.recv, a.count, a.dt, (a.rank - 1 + a.nranks) % a.nranks, a.comm, nullptr);
+  return ncclRecv(a.recv, a.count, a.dt, (a.rank - 1 + a.nranks) % a.nranks, a.comm, a.stream);
 }
 
 int hypercubeSteps(int n) {
@@ -119,9 +119,9 @@ ncclResult_t issueHypercube(const IssueArgs& a) {
   const int peer = a.rank ^ mask;
   const size_t mine = size_t(a.rank & ~(mask - 1)) * a.count, theirs = size_t(peer & ~(mask - 1)) * a.count;
   const void* src = a.step == 0 ? a.send : at(static_cast<const void*>(a.recv), mine, a.dt);
-  ncclResult_t r = ncclSend(src, size_t(mask) * a.count, a.dt, peer, a.comm, nullptr);
+  ncclResult_t r = ncclSend(src, size_t(mask) * a.count, a.dt, peer, a.comm, a.stream);
   if (r != ncclSuccess) return r;
-  return ncclRecv(at(a.recv, theirs, a.dt), size_t(mask) * a.count, a.dt, peer, a.comm, nullptr);
+  return ncclRecv(at(a.recv, theirs, a.dt), size_t(mask) * a.count, a.dt, peer, a.comm, a.stream);
 }
 
 const CollDesc kAllReduce{"allreduce", true, false, false, flatCounts, one, allReduceShare, oneStep,

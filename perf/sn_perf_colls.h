@@ -32,6 +32,7 @@ struct IssueArgs {
   int nranks;
   int step;  // 0 .. steps(nranks)-1, each step in its own group
   ncclComm_t comm;
+  cudaStream_t stream;  // nullptr, or the rank's CUDA stream (-A device)
 };
 
 struct CollDesc {

@@ -5,6 +5,14 @@
 // thread that times an operation is the one that runs it and no hand-off to a stream
 // worker is measured. A thread with several ranks (-g) issues their calls inside one
 // ncclGroupStart/End, as nccl-tests does.
+//
+// -A device: the buffers are device memory of the driver SNCCL_CUDA_DRIVER names
+// (libcuda.so.1 by default), each rank issues on a CUDA stream of its own and every
+// group is followed by a synchronisation of those streams, so a time is that of finished
+// operations with any library; -c fills and checks host mirrors of the buffers, copied up
+// before and down after the operation.
+#include "sn_perf_run.h"
+
 #include <time.h>
 #include <unistd.h>
 
@@ -17,7 +25,7 @@
 #include <vector>
 
 #include "sn_perf_data.h"
-#include "sn_perf_run.h"
+#include "support/cuda_test.h"
 
 #define SNP_NCCL(job, comm, call)                                            \
   do {                                                                      \
@@ -41,7 +49,16 @@ struct RankBufs {
   ncclRedOp_t op = ncclSum;
   void* regHandles[2] = {nullptr, nullptr};
   ncclWindow_t win = nullptr;
+  sntest::CUstream stream = nullptr;     // -A device
+  std::vector<char> hostSend, hostRecv;  // -A device: mirrors of send and recv for -c
 };
+
+// The CUDA driver of -A device, loaded once per process.
+const sntest::TestCuda& perfCuda() {
+  static const sntest::TestCuda c = sntest::loadTestCuda();
+  return c;
+}
+bool onDevice(const Job& job) { return job.opt.alloc == BufAlloc::kDevice; }
 
 struct Ctx {
   Job& job;
@@ -122,6 +139,12 @@ void prefault(void* p, size_t bytes) {
 void* allocBuf(Job& job, ncclComm_t comm, size_t bytes) {
   void* p = nullptr;
   switch (job.opt.alloc) {
+    case BufAlloc::kDevice: {
+      sntest::CUdeviceptr d = 0;
+      if (perfCuda().memAlloc(&d, bytes) != 0)
+        failInternal(job, "cuMemAlloc of " + std::to_string(bytes) + " bytes failed", __FILE__, __LINE__);
+      return reinterpret_cast<void*>(d);
+    }
     case BufAlloc::kMemAlloc:
       SNP_NCCL(job, comm, ncclMemAlloc(&p, bytes));
       return p;
@@ -139,6 +162,8 @@ void* allocBuf(Job& job, ncclComm_t comm, size_t bytes) {
 
 void freeBuf(Job& job, ncclComm_t comm, void* p) {
   if (job.opt.alloc == BufAlloc::kMemAlloc) SNP_NCCL(job, comm, ncclMemFree(p));
+  else if (onDevice(job))
+    perfCuda().memFree(sntest::CUdeviceptr(p));
   else std::free(p);
 }
 
@@ -148,12 +173,21 @@ void allocBuffers(Ctx& c) {
   Job& job = c.job;
   const Counts k = job.coll.counts(job.maxBytes, 1, job.nRanks);
   const size_t slack = 64 + size_t(job.opt.unalign) * 8;
+  if (onDevice(job) && !perfCuda().on) failInternal(job, "-A device: " + perfCuda().why, __FILE__, __LINE__);
+  if (onDevice(job) && !perfCuda().bindThread())
+    failInternal(job, "-A device: no context on device 0", __FILE__, __LINE__);
   for (RankBufs& rb : c.ranks) {
     rb.sendBytes = k.send + slack;
     rb.recvBytes = std::max(k.send, k.recv) + slack;
     rb.send = static_cast<char*>(allocBuf(job, rb.comm, rb.sendBytes));
     rb.recv = static_cast<char*>(allocBuf(job, rb.comm, rb.recvBytes));
     rb.sync = static_cast<int32_t*>(allocBuf(job, rb.comm, 64));
+    if (onDevice(job)) {
+      if (perfCuda().streamCreate(&rb.stream, 0) != 0) failInternal(job, "cuStreamCreate failed", __FILE__, __LINE__);
+      perfCuda().memcpyHtoD(sntest::CUdeviceptr(rb.sync), "\0\0\0\0", 4);
+      rb.hostSend.resize(rb.sendBytes);
+      rb.hostRecv.resize(rb.recvBytes);
+    }
   if (job.opt.localRegister == 1) {
       SNP_NCCL(job, rb.comm, ncclCommRegister(rb.comm, rb.send, rb.sendBytes, &rb.regHandles[0]));
       SNP_NCCL(job, rb.comm, ncclCommRegister(rb.comm, rb.recv, rb.recvBytes, &rb.regHandles[1]));
@@ -187,6 +221,7 @@ void freeAll(Ctx& c) {
     freeBuf(c.job, rb.comm, rb.send);
     freeBuf(c.job, rb.comm, rb.recv);
     freeBuf(c.job, rb.comm, rb.sync);
+    if (rb.stream != nullptr) perfCuda().streamDestroy(rb.stream);
     c.job.dog.remove(rb.comm);
     settleOne(c, rb, ncclCommFinalize(rb.comm), __FILE__, __LINE__);
     SNP_NCCL(c.job, rb.comm, ncclCommDestroy(rb.comm));
@@ -205,6 +240,31 @@ void pointers(const Ctx& c, const RankBufs& rb, const Counts& k, bool inPlace, c
   *recv = rb.recv + shift + k.recvInplaceOff * size_t(rb.rank) * c.typeSize;
 }
 
+// -A device: waits for everything queued on the thread's ranks' streams.
+void syncStreams(Ctx& c) {
+  for (RankBufs& rb : c.ranks)
+    if (rb.stream != nullptr && perfCuda().streamSynchronize(rb.stream) != 0)
+      failInternal(c.job, "cuStreamSynchronize failed", __FILE__, __LINE__);
+}
+
+// Where -c reads and writes p: p itself, or its place in the host mirror (-A device).
+char* hostView(RankBufs& rb, char* p) {
+  if (rb.stream == nullptr) return p;
+  if (p >= rb.send && p < rb.send + rb.sendBytes) return rb.hostSend.data() + (p - rb.send);
+  return rb.hostRecv.data() + (p - rb.recv);
+}
+// Copies the mirrors up (toDevice) or recv's down.
+void mirror(Ctx& c, bool toDevice) {
+  const sntest::TestCuda& cu = perfCuda();
+  for (RankBufs& rb : c.ranks) {
+    if (rb.stream == nullptr) continue;
+    bool ok = toDevice ? cu.memcpyHtoD(sntest::CUdeviceptr(rb.send), rb.hostSend.data(), rb.sendBytes) == 0 &&
+                             cu.memcpyHtoD(sntest::CUdeviceptr(rb.recv), rb.hostRecv.data(), rb.recvBytes) == 0
+                       : cu.memcpyDtoH(rb.hostRecv.data(), sntest::CUdeviceptr(rb.recv), rb.recvBytes) == 0;
+    if (!ok) failInternal(c.job, "a copy between device memory and its host mirror failed", __FILE__, __LINE__);
+  }
+}
+
 // One operation (times agg) on every rank of the thread, step by step.
 void launch(Ctx& c, const Counts& k, bool inPlace, int agg) {
   Job& job = c.job;
@@ -215,11 +275,13 @@ void launch(Ctx& c, const Counts& k, bool inPlace, int agg) {
       for (RankBufs& rb : c.ranks) {
         char *send, *recv;
         pointers(c, rb, k, inPlace, &send, &recv);
-        IssueArgs args{send, recv, k.param, c.dt, rb.op, c.root, rb.rank, job.nRanks, step, rb.comm};
+        const auto stream = reinterpret_cast<cudaStream_t>(rb.stream);
+        IssueArgs args{send, recv, k.param, c.dt, rb.op, c.root, rb.rank, job.nRanks, step, rb.comm, stream};
         SNP_NCCL(job, rb.comm, job.coll.issue(args));
       }
     }
     settle(c, ncclGroupEnd(), __FILE__, __LINE__);
+    syncStreams(c);
   }
   job.dog.beat();
 }
@@ -228,9 +290,12 @@ void launch(Ctx& c, const Counts& k, bool inPlace, int agg) {
 // together within the library's own latency.
 void syncAll(Ctx& c) {
   SNP_NCCL(c.job, nullptr, ncclGroupStart());
-  for (RankBufs& rb : c.ranks) SNP_NCCL(c.job, rb.comm, ncclAllReduce(rb.sync, rb.sync, 1, ncclInt32, ncclSum,
-                                                                       rb.comm, nullptr));
+  for (RankBufs& rb : c.ranks)
+    SNP_NCCL(
+        c.job, rb.comm,
+        ncclAllReduce(rb.sync, rb.sync, 1, ncclInt32, ncclSum, rb.comm, reinterpret_cast<cudaStream_t>(rb.stream)));
   settle(c, ncclGroupEnd(), __FILE__, __LINE__);
+  syncStreams(c);
 }
 
 double clockUs(bool cpu) {
@@ -275,7 +340,7 @@ void injectWrong(Ctx& c, const Counts& k, bool inPlace) {
       if (b.len == 0) continue;
       char *send, *recv;
       pointers(c, rb, k, inPlace, &send, &recv);
-      recv[(b.outOff + 1) * c.typeSize - 1] ^= 0x40;  // an exponent or high-order bit
+      hostView(rb, recv)[(b.outOff + 1) * c.typeSize - 1] ^= 0x40;  // an exponent or high-order bit
       break;
     }
   }
@@ -290,17 +355,19 @@ uint64_t validate(Ctx& c, const Counts& k, bool inPlace, uint64_t seed) {
     for (RankBufs& rb : c.ranks) {
       char *send, *recv;
       pointers(c, rb, k, inPlace, &send, &recv);
-      poison(recv, k.recv * c.typeSize);  // before the inputs: in place they overlap
-      c.pat.fill(rb.rank, send, k.send);
+      poison(hostView(rb, recv), k.recv * c.typeSize);  // before the inputs: in place they overlap
+      c.pat.fill(rb.rank, hostView(rb, send), k.send);
     }
+    mirror(c, true);
     launch(c, k, inPlace, 1);
+    mirror(c, false);
     if (job.injectWrong) injectWrong(c, k, inPlace);
     for (RankBufs& rb : c.ranks) {
       char *send, *recv;
       pointers(c, rb, k, inPlace, &send, &recv);
       c.blocks.clear();
       job.coll.outputs(rb.rank, job.nRanks, c.root, k, &c.blocks);
-      for (const OutBlock& b : c.blocks) wrong += c.pat.countWrong(b, recv);
+      for (const OutBlock& b : c.blocks) wrong += c.pat.countWrong(b, hostView(rb, recv));
     }
   }
   return wrong;

@@ -61,7 +61,8 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 echo "== ThreadSanitizer build: the tests whose ranks are threads (label tsan)"
 configure build-tsan -DSNCCL_TSAN=ON -DSNCCL_BUILD_BENCHMARKS=OFF -DSNCCL_WITH_TORCH=OFF
-build build-tsan test_smoke test_p2p test_group_timeout test_flight_recorder test_api test_collectives || fail=1
+build build-tsan test_smoke test_p2p test_group_timeout test_flight_recorder test_api test_collectives \
+  test_device_streams || fail=1
 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L '^tsan$' || fail=1
 
 echo "== fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 20 s each"

@@ -15,6 +15,7 @@
 #include "core/comm.h"
 #include "core/flight_dump.h"
 #include "core/mem_blocks.h"
+#include "device/cuda_driver.h"
 
 using namespace snccl;
 
@@ -52,7 +53,8 @@ bool shareRegistered(const ncclComm* comm, size_t size) {
 // records the range so deregistration can be checked, and net plugins that need
 // registration register it with their comms when a message first uses it
 // (net/reg_cache.h, which also says what deregistering a buffer in use does). Large
-// buffers on a communicator of one node's processes are also shared (shareRegistered).
+// host buffers on a communicator of one node's processes are also shared
+// (shareRegistered).
 SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   Status st = checkComm(comm, false);
   if (st.ok() && (handle == nullptr || (buff == nullptr && size > 0)))
@@ -63,7 +65,10 @@ SNCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, siz
   if (st.ok() && size > UINTPTR_MAX - kPageSlack - reinterpret_cast<uintptr_t>(buff))
     st = InvalidArgument("buff %p + size %zu lies past the end of the address space", buff, size);
   if (!st.ok()) return apiResult(st, "ncclCommRegister");
-  *handle = comm->regs.add(buff, size, shareRegistered(comm, size));
+  // Device memory is recorded only: sharing remaps host pages, and no net reads device
+  // memory in place (core/engine/engine.h).
+  const bool device = device::CudaDriver::get().isDevice(buff);
+  *handle = comm->regs.add(buff, size, !device && shareRegistered(comm, size));
   return ncclSuccess;
 }
 

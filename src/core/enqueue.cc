@@ -12,10 +12,12 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "core/comm.h"
+#include "core/device_streams.h"
 #include "core/engine/registry.h"
 #include "core/executor.h"
 #include "core/signature.h"
 #include "core/stream.h"
+#include "device/cuda_driver.h"
 
 namespace snccl {
 
@@ -73,10 +75,11 @@ Status checkOp(const PendingOp& op, const engine::DataEngine** engine) {
                                      {"recvbuff", recvs ? op.recvbuff : nullptr}};
     SNCCL_ASSIGN_OR_RETURN(*engine, engine::opEngine(bufs));
   }
-  if (op.stream != nullptr && lookupStream(op.stream) == nullptr)
-    return InvalidUsage("stream %p is not an snccl host stream (sncclStreamCreate); CUDA streams need a "
-                        "CUDA build of snccl, which this is not",
-                        (void*)op.stream);
+  if (op.stream != nullptr && lookupStream(op.stream) == nullptr && !device::CudaDriver::get().on())
+    return InvalidUsage(
+        "stream %p is not an snccl host stream (sncclStreamCreate), and it cannot be a CUDA "
+        "stream: GPU support is off (%s)",
+        (void*)op.stream, device::CudaDriver::get().why().c_str());
   return OkStatus();
 }
 
@@ -109,8 +112,13 @@ kernels::RedOpSpec resolveOp(ncclComm* comm, ncclRedOp_t op) {
   spec.base = ncclSum;
   spec.hasScalar = true;
   size_t es = kernels::typeSize(p.dt);
-  // ncclScalarDevice: the scalar is read when the operation is launched.
-  std::memcpy(spec.scalar, p.residence == ncclScalarHostImmediate ? p.value : p.ptr, es);
+  // ncclScalarDevice: a host scalar is read when the operation is launched; one in
+  // device memory when it starts (ExecOp::deviceScalar).
+  if (p.residence == ncclScalarHostImmediate) {
+    std::memcpy(spec.scalar, p.value, es);
+  } else if (!device::CudaDriver::get().isDevice(p.ptr)) {
+    std::memcpy(spec.scalar, p.ptr, es);
+  }
   return spec;
 }
 
@@ -202,6 +210,11 @@ Status buildCollective(const PendingOp& p, ExecOp* e) {
   e->sig = makeSignature(e->seq, p.coll, p.dt, isReduction(p.coll) ? std::min<int>(p.op, ncclNumOps) : 0,
                          std::max(e->root, 0), p.count);
   e->op = isReduction(p.coll) ? resolveOp(comm, p.op) : kernels::RedOpSpec{};
+  e->deviceScalar = nullptr;
+  if (isReduction(p.coll) && p.op >= ncclNumOps) {
+    const PreMulOp pm = comm->redOps.at(size_t(p.op) - ncclNumOps);
+    if (pm.residence != ncclScalarHostImmediate && device::CudaDriver::get().isDevice(pm.ptr)) e->deviceScalar = pm.ptr;
+  }
   e->preCopies.clear();
   e->engine = p.engine != nullptr ? p.engine : &engine::hostEngine();
   CollArgs args;
@@ -321,10 +334,15 @@ Status runSolo(std::span<const PendingOp> ops) {
   return runRunners(std::span<CommRunner*>(&r, 1));
 }
 
-// Whether a group can take runSolo: one communicator, the NULL stream, collectives only.
+// Whether the op's buffers are device memory: without a stream it then runs on the
+// legacy default CUDA stream (device_streams.h), as NCCL's would.
+bool onDevice(const PendingOp& p) { return p.engine != nullptr && p.engine->kind() == engine::MemoryKind::kDevice; }
+
+// Whether a group can take runSolo: one communicator, the NULL stream, collectives only,
+// host memory.
 bool soloEligible(std::span<const PendingOp> ops) {
   for (const PendingOp& p : ops)
-    if (p.comm != ops[0].comm || p.stream != nullptr || p.coll == CollKind::kSendRecv) return false;
+    if (p.comm != ops[0].comm || p.stream != nullptr || p.coll == CollKind::kSendRecv || onDevice(p)) return false;
   return !ops.empty();
 }
 
@@ -409,11 +427,19 @@ Status launch(std::vector<PendingOp> ops) {
       if (p.stream == s) mine.push_back(&p);
     auto runners = std::make_shared<std::vector<std::unique_ptr<CommRunner>>>();
     Status st = buildRunners(mine, runners.get());
+    const bool device = std::any_of(mine.begin(), mine.end(), [](const PendingOp* p) { return onDevice(*p); });
     if (st.ok()) {
-      if (s == nullptr) {
+      if (s == nullptr && !device) {
         st = runOwned(*runners);
+      } else if (HostStream* hs = lookupStream(s)) {
+        hs->enqueue([runners] { return runOwned(*runners); });
       } else {
-        lookupStream(s)->enqueue([runners] { return runOwned(*runners); });
+        auto aborted = [runners] {
+          for (const auto& r : *runners)
+            if (r->comm()->errors.abortFlag.load()) return true;
+          return false;
+        };
+        st = submitOnCudaStream(s, [runners] { return runOwned(*runners); }, aborted);
       }
     }
     if (!st.ok() && first.ok()) first = st;
@@ -430,7 +456,8 @@ Status enqueue(const PendingOp& in, const char* call) {
     tGroup.ops.push_back(op);
     return OkStatus();
   }
-  if (op.stream == nullptr && op.coll != CollKind::kSendRecv) return runSolo(std::span<const PendingOp>(&op, 1));
+  if (op.stream == nullptr && op.coll != CollKind::kSendRecv && !onDevice(op))
+    return runSolo(std::span<const PendingOp>(&op, 1));
   std::vector<PendingOp> one{op};
   return launch(std::move(one));
 }

@@ -113,8 +113,8 @@ bool CommRunner::sendFinalOutput(Connection* sc, const ExecOp& op, size_t lane, 
                                  size_t bytes) {
   // What no other step writes is final once written: it may leave from dst as the input
   // does. The size test first: it spares small messages the schedule's analysis.
-  return sc->sendsAtPointers() && bytes >= kSendAtPointerMin && op.prep->zeroCopy().soleWriter[lane][index] &&
-         sendInPlace(sc, dst, bytes, op.sig);
+  return op.hostMemory() && sc->sendsAtPointers() && bytes >= kSendAtPointerMin &&
+         op.prep->zeroCopy().soleWriter[lane][index] && sendInPlace(sc, dst, bytes, op.sig);
 }
 
 Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t index) {
@@ -154,43 +154,43 @@ Result<bool> CommRunner::tryStep(ExecOp& op, const Step& st, size_t lane, size_t
       // A large chunk of an input the op never writes leaves from where it is: on a net
       // ring the copy into the slot costs as much CPU as the kernel's own copy (both
       // cores are busy over TCP). The op then ends only once the send is done.
-      if (op.inputStable && !(scale && op.op.hasScalar) && op.sched->bufs[st.src.buf].role == BufRole::kInput &&
-          sendInPlace(sc, src, bytes, op.sig)) {
+      if (op.inputStable && op.hostMemory() && !(scale && op.op.hasScalar) &&
+          op.sched->bufs[st.src.buf].role == BufRole::kInput && sendInPlace(sc, src, bytes, op.sig)) {
         sc = nullptr;  // posted
         break;
       }
-      eng.copy(out, src, st.count, op.dt, op.op, scale, false);
+      SNCCL_TRY(eng.copy(out, src, st.count, op.dt, op.op, scale, false));
       break;
     case Prim::kRecv:
-      if (in != dst) eng.copyBytes(dst, in, bytes);  // equal: it landed in place (planRecvs)
+      if (in != dst) SNCCL_TRY(eng.copyBytes(dst, in, bytes));  // equal: it landed in place (planRecvs)
       break;
     case Prim::kRecvReduceSend:
-      eng.reduce(out, in, src, st.count, op.dt, op.op, scale, false);
+      SNCCL_TRY(eng.reduce(out, in, src, st.count, op.dt, op.op, scale, false));
       break;
     case Prim::kRecvReduceCopy:
-      eng.reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      SNCCL_TRY(eng.reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final));
       break;
     case Prim::kRecvReduceCopySend:
-      eng.reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final);
+      SNCCL_TRY(eng.reduce(dst, in, src, st.count, op.dt, op.op, scale, st.final));
       if (sendFinalOutput(sc, op, lane, index, dst, bytes)) {
         sc = nullptr;  // posted
       } else {
-        eng.copyBytes(out, dst, bytes);
+        SNCCL_TRY(eng.copyBytes(out, dst, bytes));
       }
       break;
     case Prim::kRecvCopySend:
-      eng.copyBytes(dst, in, bytes);
+      SNCCL_TRY(eng.copyBytes(dst, in, bytes));
       if (sendFinalOutput(sc, op, lane, index, dst, bytes)) {
         sc = nullptr;  // posted
       } else {
-        eng.copyBytes(out, dst, bytes);
+        SNCCL_TRY(eng.copyBytes(out, dst, bytes));
       }
       break;
     case Prim::kCopy:
-      eng.copy(dst, src, st.count, op.dt, op.op, scale, st.final);
+      SNCCL_TRY(eng.copy(dst, src, st.count, op.dt, op.op, scale, st.final));
       break;
     case Prim::kLocalReduce:
-      eng.reduce(dst, dst, src, st.count, op.dt, op.op, scale, st.final);
+      SNCCL_TRY(eng.reduce(dst, dst, src, st.count, op.dt, op.op, scale, st.final));
       break;
     case Prim::kPeerFold:  // only in the single copy's schedule, which progressMapped runs
       return InternalError("%s: a PeerFold step in a lane", op.describe().c_str());
@@ -207,8 +207,10 @@ Result<bool> CommRunner::progress() {
   while (opIndex_ < nops_) {
     ExecOp& op = ops_[opIndex_];
     if (!started_) {
+      if (op.deviceScalar != nullptr)
+        SNCCL_TRY(engine::kDeviceEngine.copyBytes(op.op.scalar, op.deviceScalar, op.elemSize));
       for (const ExecOp::PreCopy& c : op.preCopies)
-        op.engine->copyBytes(op.scratch.data() + c.scratchOffset, c.src, c.bytes);
+        SNCCL_TRY(op.engine->copyBytes(op.scratch.data() + c.scratchOffset, c.src, c.bytes));
       laneStep_.assign(op.sched->lanes.size(), 0);
       opStartNs_ = 0;  // startTimeoutClock: at the op's first sleep, which most small ops never reach
       started_ = true;
@@ -325,7 +327,7 @@ void CommRunner::planRecvs(const ExecOp& op) {
   // In place, the output is the input, which data arriving early would overwrite before
   // the op read it. The single-copy AllReduce may never run the lanes that would consume
   // the messages.
-  if (!op.inputStable || op.mapped) return;
+  if (!op.inputStable || op.mapped || !op.hostMemory()) return;
   const PreparedSchedule& p = *op.prep;
   if (p.maxRecvCount * op.elemSize < kRecvAtPointerMin) return;  // nothing to target: skip the analysis
   for (size_t c = 0; c < p.recvs.size(); ++c) {

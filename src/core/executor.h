@@ -21,6 +21,7 @@
 #include "core/call_agreement.h"
 #include "core/comm.h"
 #include "core/engine/cpu_engine.h"
+#include "core/engine/device_engine.h"
 #include "core/scratch_pool.h"
 
 namespace snccl {
@@ -33,6 +34,12 @@ struct ExecOp {
   // AllReduce's folds move (core/engine/engine.h): the engine of the op's buffers, chosen
   // once when the op is built.
   const engine::DataEngine* engine = &engine::kCpuEngine;
+  // Whether the op's buffers are host memory: only then may a transport read or write
+  // them in place (sendInPlace, planRecvs) and peers map them (the single copy).
+  bool hostMemory() const { return engine->kind() == engine::MemoryKind::kHost; }
+  // PreMulSum with ncclScalarDevice on device memory: the scalar, copied into op.scalar
+  // when the op starts (in stream order, as NCCL's kernels read it).
+  const void* deviceScalar = nullptr;
   ScratchLease scratch;                   // backing store of a kScratch buffer or staged sends
   // Copies into scratch made when the op starts (user data is only valid from then on).
   struct PreCopy {

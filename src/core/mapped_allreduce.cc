@@ -236,20 +236,20 @@ Status CommRunner::foldOwnBlock(const ExecOp& op) {
       const ptrdiff_t off = ptrdiff_t(e0 * es);
       const char* acc = at(foldIns_[0], off);
       if (scalar) {
-        op.engine->copy(tmp, acc, len, op.dt, op.op, true, false);
+        SNCCL_TRY(op.engine->copy(tmp, acc, len, op.dt, op.op, true, false));
         acc = tmp;
       }
       for (int j = 1; j < n - 1; ++j) {
-        op.engine->reduce(tmp, acc, at(foldIns_[size_t(j)], off), len, op.dt, op.op, true, false);
+        SNCCL_TRY(op.engine->reduce(tmp, acc, at(foldIns_[size_t(j)], off), len, op.dt, op.op, true, false));
         acc = tmp;
       }
-      op.engine->reduceStream(outsAt(size_t(off)), n, nstream, acc, at(foldIns_[size_t(n - 1)], off), len, op.dt,
-                              op.op, true, true);
+      SNCCL_TRY(op.engine->reduceStream(outsAt(size_t(off)), n, nstream, acc, at(foldIns_[size_t(n - 1)], off), len,
+                                        op.dt, op.op, true, true));
     }
   }
   // The streaming stores are weakly ordered: make them globally visible before the "done"
   // that lets peers read their outputs (and lets this rank return).
-  op.engine->streamFence();
+  SNCCL_TRY(op.engine->streamFence());
   // The traffic counters: this rank wrote its block into every peer's output.
   if (comm_->stats.ready()) {
     const uint64_t bytes = uint64_t(blk.end - blk.begin) * es;
@@ -276,6 +276,14 @@ Status CommRunner::describeOwnBuffers(const engine::DataEngine& engine, char* my
   m.stage.assign(n, nullptr);
   m.in[me] = myIn;
   m.out[me] = myOut;
+  if (engine.kind() != engine::MemoryKind::kHost) {
+    // Peers map host memory only: this rank's buffers are unreadable to them (nothing may
+    // register or stage them here), so every rank takes the rings.
+    m.ownIn = m.ownOut = MappedRef{};
+    if (m.why.empty()) m.why = format("rank %zu's buffers are %s memory", me, engine::memoryKindName(engine.kind()));
+    m.ok = false;
+    return OkStatus();
+  }
   m.ownIn = describeOwn(myIn, bytes);
   m.ownOut = myOut == myIn ? m.ownIn : describeOwn(myOut, bytes);
   if (AutoRegistrations* autoRegs = comm_->singleCopy.autoRegs.get()) {
@@ -308,8 +316,8 @@ Status CommRunner::describeOwnBuffers(const engine::DataEngine& engine, char* my
   char* st = edgeStage_.base;
   m.stage[me] = st;
   const size_t e = std::min(page, bytes);
-  engine.copyBytes(st + kInHead * page, myIn, e);
-  engine.copyBytes(st + kInTail * page + page - e, myIn + bytes - e, e);
+  SNCCL_TRY(engine.copyBytes(st + kInHead * page, myIn, e));
+  SNCCL_TRY(engine.copyBytes(st + kInTail * page + page - e, myIn + bytes - e, e));
   return OkStatus();
 }
 
@@ -463,8 +471,8 @@ Result<bool> CommRunner::progressMapped(ExecOp& op) {
           // Every fold is done: this rank's output edges are final in its staging block.
           const size_t head = m.headElems * es, tail = m.tailElems * es, page = pageBytes();
           const char* st = m.stage[size_t(me)];
-          op.engine->copyBytes(myOut, st + kOutHead * page, head);
-          op.engine->copyBytes(myOut + bytes - tail, st + kOutTail * page + page - tail, tail);
+          SNCCL_TRY(op.engine->copyBytes(myOut, st + kOutHead * page, head));
+          SNCCL_TRY(op.engine->copyBytes(myOut + bytes - tail, st + kOutTail * page + page - tail, tail));
         }
         return true;
       }

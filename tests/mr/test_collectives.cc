@@ -7,6 +7,12 @@
 // is checked as well: guards around every buffer, inputs, the outputs of non-root ranks
 // of Reduce/Gather, the unused send buffer of Scatter's non-roots.
 //
+// With SNTEST_DEVICE_BUFFERS=1 every buffer (guards included) is mirrored in device memory
+// of the driver SNCCL_CUDA_DRIVER names (the CPU stand-in in CI): the calls get device
+// pointers and CUDA streams instead of host streams, inputs go up and results come back
+// on the same stream as the collective (asynchronous copies, so stream order is what makes
+// the results right), and the checks run on the copies that came back.
+//
 // Sampling keeps the binary in minutes on 2 cores: counts {0,1,7,1023} get the full
 // datatype x operator cross product; 1M+3 one rotating combination per (collective,
 // mode, ranks). Roots cycle through 0, n-1 and n/2.
@@ -17,6 +23,7 @@
 
 #include "snccl/snccl.h"
 #include "support/buffers.h"
+#include "support/cuda_test.h"
 #include "support/harness.h"
 #include "support/values.h"
 
@@ -72,7 +79,13 @@ struct Side {
   std::string name;
   GuardedBuffer buf;
   std::vector<Region> init, expect;
+  CUdeviceptr dev = 0;  // device mode: the mirror of buf.span()
 };
+
+bool deviceMode() {
+  const char* v = std::getenv("SNTEST_DEVICE_BUFFERS");
+  return v != nullptr && std::string(v) == "1";
+}
 
 // One collective on one rank: its buffers, launch and verification.
 class CaseRun {
@@ -87,6 +100,33 @@ class CaseRun {
             storeBits(s->buf.data(), k, es_, gen(reg.src, reg.base + (k - reg.begin)));
   }
 
+  ~CaseRun() {
+    for (auto& s : sides_)
+      if (s->dev != 0) testCuda().memFree(s->dev);
+    if (devScalar_ != 0) testCuda().memFree(devScalar_);
+  }
+
+  // Device mode: mirrors every buffer in device memory, asynchronously on `stream` when
+  // `async` (the legacy stream's synchronous copies otherwise).
+  bool toDevice(CUstream stream, bool async) {
+    const TestCuda& cu = testCuda();
+    for (auto& s : sides_) {
+      if (s->dev == 0 && cu.memAlloc(&s->dev, s->buf.spanBytes()) != 0) return false;
+      if ((async ? cu.memcpyHtoDAsync(s->dev, s->buf.span(), s->buf.spanBytes(), stream)
+                 : cu.memcpyHtoD(s->dev, s->buf.span(), s->buf.spanBytes())) != 0)
+        return false;
+    }
+    return true;
+  }
+  bool fromDevice(CUstream stream, bool async) {
+    const TestCuda& cu = testCuda();
+    for (auto& s : sides_)
+      if ((async ? cu.memcpyDtoHAsync(s->buf.span(), s->dev, s->buf.spanBytes(), stream)
+                 : cu.memcpyDtoH(s->buf.span(), s->dev, s->buf.spanBytes())) != 0)
+        return false;
+    return true;
+  }
+
   // Enqueues the collective (in a group, records it).
   bool launch(ncclComm_t comm, cudaStream_t stream) {
     ncclRedOp_t op = ncclSum;
@@ -94,16 +134,36 @@ class CaseRun {
     const int root = c_.root;
     const size_t n = c_.count;
     ncclResult_t res = ncclSuccess;
+    void* sb = at(send_);  // what the library gets: the buffers or their device mirrors
+    void* rb = at(recv_);
     switch (c_.coll) {
-      case Coll::kAllReduce: res = ncclAllReduce(send_, recv_, n, c_.dt, op, comm, stream); break;
-      case Coll::kBroadcast: res = ncclBroadcast(send_, recv_, n, c_.dt, root, comm, stream); break;
-      case Coll::kBcast: res = ncclBcast(recv_, n, c_.dt, root, comm, stream); break;
-      case Coll::kReduce: res = ncclReduce(send_, recv_, n, c_.dt, op, root, comm, stream); break;
-      case Coll::kAllGather: res = ncclAllGather(send_, recv_, n, c_.dt, comm, stream); break;
-      case Coll::kReduceScatter: res = ncclReduceScatter(send_, recv_, n, c_.dt, op, comm, stream); break;
-      case Coll::kAlltoAll: res = ncclAlltoAll(send_, recv_, n, c_.dt, comm, stream); break;
-      case Coll::kGather: res = ncclGather(send_, recv_, n, c_.dt, root, comm, stream); break;
-      case Coll::kScatter: res = ncclScatter(send_, recv_, n, c_.dt, root, comm, stream); break;
+      case Coll::kAllReduce:
+        res = ncclAllReduce(sb, rb, n, c_.dt, op, comm, stream);
+        break;
+      case Coll::kBroadcast:
+        res = ncclBroadcast(sb, rb, n, c_.dt, root, comm, stream);
+        break;
+      case Coll::kBcast:
+        res = ncclBcast(rb, n, c_.dt, root, comm, stream);
+        break;
+      case Coll::kReduce:
+        res = ncclReduce(sb, rb, n, c_.dt, op, root, comm, stream);
+        break;
+      case Coll::kAllGather:
+        res = ncclAllGather(sb, rb, n, c_.dt, comm, stream);
+        break;
+      case Coll::kReduceScatter:
+        res = ncclReduceScatter(sb, rb, n, c_.dt, op, comm, stream);
+        break;
+      case Coll::kAlltoAll:
+        res = ncclAlltoAll(sb, rb, n, c_.dt, comm, stream);
+        break;
+      case Coll::kGather:
+        res = ncclGather(sb, rb, n, c_.dt, root, comm, stream);
+        break;
+      case Coll::kScatter:
+        res = ncclScatter(sb, rb, n, c_.dt, root, comm, stream);
+        break;
     }
     return ncclOk(res, describe(c_, n_), rank_);
   }
@@ -145,6 +205,20 @@ class CaseRun {
     return *sides_.back();
   }
   void* at(Side& s, size_t elem) { return s.buf.data() + elem * es_; }
+  // The pointer the library gets for host pointer p: p, or its device mirror.
+  void* at(void* p) {
+    for (auto& s : sides_) {
+      auto* c = static_cast<uint8_t*>(p);
+      if (s->dev != 0 && c >= s->buf.span() && c <= s->buf.span() + s->buf.spanBytes())
+        return reinterpret_cast<void*>(s->dev + CUdeviceptr(c - s->buf.span()));
+    }
+    return p;
+  }
+  // Writes the PreMulSum scalar where the library reads it (device memory in device mode).
+  void putScalar(uint64_t bits) {
+    storeBits(scalar_, 0, es_, bits);
+    if (devScalar_ != 0) testCuda().memcpyHtoD(devScalar_, scalar_, es_);
+  }
 
   void layout() {
     const int r = rank_, root = c_.root;
@@ -280,11 +354,13 @@ class CaseRun {
     // Host-immediate: the value is read by the create call; changing it afterwards must
     // not matter. Device residence: only the pointer is kept and read when the operation
     // runs, so the value set after the create call must be the one used.
-    storeBits(scalar_, 0, es_, immediate ? scalar : encodeValue(c_.dt, 5));
-    ncclResult_t res = ncclRedOpCreatePreMulSum(op, scalar_, c_.dt,
-                                                immediate ? ncclScalarHostImmediate : ncclScalarDevice, comm);
+    if (!immediate && deviceMode() && devScalar_ == 0 && testCuda().memAlloc(&devScalar_, 8) != 0) return false;
+    putScalar(immediate ? scalar : encodeValue(c_.dt, 5));
+    void* where = devScalar_ != 0 ? reinterpret_cast<void*>(devScalar_) : static_cast<void*>(scalar_);
+    ncclResult_t res =
+        ncclRedOpCreatePreMulSum(op, where, c_.dt, immediate ? ncclScalarHostImmediate : ncclScalarDevice, comm);
     if (!ncclOk(res, "ncclRedOpCreatePreMulSum for " + describe(c_, n_), rank_)) return false;
-    storeBits(scalar_, 0, es_, immediate ? encodeValue(c_.dt, 7) : scalar);
+    putScalar(immediate ? encodeValue(c_.dt, 7) : scalar);
     op_ = *op;
     haveOp_ = true;
     return true;
@@ -334,6 +410,7 @@ class CaseRun {
   void* send_ = nullptr;
   void* recv_ = nullptr;
   alignas(8) unsigned char scalar_[8] = {};
+  CUdeviceptr devScalar_ = 0;
   ncclRedOp_t op_ = ncclSum;
   bool haveOp_ = false;
 };
@@ -419,21 +496,57 @@ std::vector<Batch> makePlan(Coll coll, Mode mode, int n) {
 
 // Runs the plan on one rank. A failed call stops the rank (its peers then hang and the
 // watchdog reports it); wrong data is reported and the plan continues.
-bool runPlan(const std::vector<Batch>& plan, ncclComm_t comm, int rank, int n) {
+//
+// Device mode: a call without a stream runs on the legacy default stream, which the ranks
+// of one process share, and two ranks' collectives queued on one stream wait for each
+// other forever (as on a GPU). `legacyStream` says whether this rank may use it (it has
+// a process of its own); otherwise its blocking calls go on a second stream of its own.
+bool runPlan(const std::vector<Batch>& plan, ncclComm_t comm, int rank, int n, bool legacyStream) {
+  const bool device = deviceMode();
   sncclStream_t stream = nullptr;
-  if (!ncclOk(sncclStreamCreate(&stream), "sncclStreamCreate", rank)) return false;
+  CUstream cuStream = nullptr, blocking = nullptr;
+  if (device) {
+    if (!testCuda().on) {
+      ADD_FAILURE() << "SNTEST_DEVICE_BUFFERS=1 without a driver: " << testCuda().why;
+      return false;
+    }
+    if (!testCuda().bindThread() || testCuda().streamCreate(&cuStream, 0) != 0 ||
+        (!legacyStream && testCuda().streamCreate(&blocking, 0) != 0)) {
+      ADD_FAILURE() << "rank " << rank << ": cannot create a CUDA stream";
+      return false;
+    }
+  } else if (!ncclOk(sncclStreamCreate(&stream), "sncclStreamCreate", rank)) {
+    return false;
+  }
   bool ok = true;
   int wrong = 0;
   for (const Batch& batch : plan) {
     bool onStream = batch.launch == Launch::kStream || (batch.launch == Launch::kStreamOddRanks && rank % 2 == 1);
-    cudaStream_t s = onStream ? SNCCL_STREAM(stream) : nullptr;
+    cudaStream_t s = !onStream ? reinterpret_cast<cudaStream_t>(blocking)
+                     : device  ? reinterpret_cast<cudaStream_t>(cuStream)
+                               : SNCCL_STREAM(stream);
     std::vector<std::unique_ptr<CaseRun>> runs;
     for (const Case& c : batch.cases) runs.push_back(std::make_unique<CaseRun>(c, rank, n));
+    for (auto& run : runs)
+      if (device && !run->toDevice(cuStream, onStream)) {
+        ADD_FAILURE() << "rank " << rank << ": cannot mirror a buffer in device memory";
+        return false;
+      }
     if (batch.grouped) ok = ok && ncclOk(ncclGroupStart(), "ncclGroupStart", rank);
     for (auto& run : runs) ok = ok && run->launch(comm, s);
     if (batch.grouped) ok = ok && ncclOk(ncclGroupEnd(), "ncclGroupEnd", rank);
     for (auto& run : runs) ok = run->releaseOp(comm) && ok;
-    if (onStream) ok = ncclOk(sncclStreamSynchronize(stream), "sncclStreamSynchronize", rank) && ok;
+    if (device) {
+      // The results come back behind the collective on its stream (or the legacy one).
+      if (!onStream && blocking != nullptr) ok = testCuda().streamSynchronize(blocking) == 0 && ok;
+      for (auto& run : runs) ok = run->fromDevice(cuStream, onStream) && ok;
+      if (onStream) ok = testCuda().streamSynchronize(cuStream) == 0 && ok;
+      ncclResult_t async = ncclSuccess;
+      ok = ncclOk(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError", rank) && ok;
+      ok = ncclOk(async, "the collective on a CUDA stream", rank) && ok;
+    } else if (onStream) {
+      ok = ncclOk(sncclStreamSynchronize(stream), "sncclStreamSynchronize", rank) && ok;
+    }
     if (!ok) break;
     // Wrong data does not stop the rank (its peers would hang); after 10 wrong results
     // the remaining ones go unchecked to keep the log readable.
@@ -441,7 +554,12 @@ bool runPlan(const std::vector<Batch>& plan, ncclComm_t comm, int rank, int n) {
       if (wrong < 10 && !run->check() && ++wrong == 10)
         ADD_FAILURE() << "rank " << rank << ": 10 wrong results, not checking the rest";
   }
-  ncclOk(sncclStreamDestroy(stream), "sncclStreamDestroy", rank);
+  if (device) {
+    testCuda().streamDestroy(cuStream);
+    if (blocking != nullptr) testCuda().streamDestroy(blocking);
+  } else {
+    ncclOk(sncclStreamDestroy(stream), "sncclStreamDestroy", rank);
+  }
   return ok && wrong == 0;
 }
 
@@ -696,7 +814,10 @@ class Collectives : public ::testing::TestWithParam<std::tuple<Coll, Mode, int>>
 TEST_P(Collectives, Grid) {
   auto [coll, mode, n] = GetParam();
   const std::vector<Batch> plan = makePlan(coll, mode, n);
-  runRanks(mode, n, [&](ncclComm_t comm, int rank, int nranks) { return runPlan(plan, comm, rank, nranks); }, 120);
+  const bool legacyStream = mode == Mode::kProcesses || n == 1;
+  runRanks(
+      mode, n, [&](ncclComm_t comm, int rank, int nranks) { return runPlan(plan, comm, rank, nranks, legacyStream); },
+      120);
 }
 
 std::string gridName(const ::testing::TestParamInfo<std::tuple<Coll, Mode, int>>& info) {

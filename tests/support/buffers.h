@@ -36,6 +36,9 @@ class GuardedBuffer {
     fillUntouched();
   }
 
+  // The whole allocation, guards included (device-memory tests mirror it on a device).
+  uint8_t* span() { return base_; }
+  size_t spanBytes() const { return total_; }
   uint8_t* data() { return base_ + front_; }
   const uint8_t* data() const { return base_ + front_; }
   size_t bytes() const { return bytes_; }

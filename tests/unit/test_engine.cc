@@ -29,13 +29,19 @@ class NoMemoryEngine final : public DataEngine {
  public:
   NoMemoryEngine() : DataEngine("none", engine::MemoryKind::kHost) {}
   bool owns(const void*) const override { return false; }
-  void copyBytes(void*, const void*, size_t) const override {}
-  void copy(void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&, bool, bool) const override {}
-  void reduce(void*, const void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&, bool,
-              bool) const override {}
-  void reduceStream(void* const*, int, int, const void*, const void*, size_t, ncclDataType_t,
-                    const kernels::RedOpSpec&, bool, bool) const override {}
-  void streamFence() const override {}
+  Status copyBytes(void*, const void*, size_t) const override { return OkStatus(); }
+  Status copy(void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&, bool, bool) const override {
+    return OkStatus();
+  }
+  Status reduce(void*, const void*, const void*, size_t, ncclDataType_t, const kernels::RedOpSpec&, bool,
+                bool) const override {
+    return OkStatus();
+  }
+  Status reduceStream(void* const*, int, int, const void*, const void*, size_t, ncclDataType_t,
+                      const kernels::RedOpSpec&, bool, bool) const override {
+    return OkStatus();
+  }
+  Status streamFence() const override { return OkStatus(); }
 };
 
 // Owns the bytes of one region (as a device engine owns its device's memory) and runs
@@ -49,26 +55,26 @@ class RegionEngine final : public DataEngine {
     auto c = static_cast<const char*>(p);
     return c >= base_ && c < base_ + bytes_;
   }
-  void copyBytes(void* dst, const void* src, size_t bytes) const override {
+  Status copyBytes(void* dst, const void* src, size_t bytes) const override {
     byteCopies.push_back({dst, src, bytes});
-    engine::kCpuEngine.copyBytes(dst, src, bytes);
+    return engine::kCpuEngine.copyBytes(dst, src, bytes);
   }
-  void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op, bool scale,
-            bool finalize) const override {
+  Status copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op, bool scale,
+              bool finalize) const override {
     ++copies;
-    engine::kCpuEngine.copy(dst, src, count, dt, op, scale, finalize);
+    return engine::kCpuEngine.copy(dst, src, count, dt, op, scale, finalize);
   }
-  void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op,
-              bool scaleB, bool finalize) const override {
+  Status reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op,
+                bool scaleB, bool finalize) const override {
     ++reduces;
-    engine::kCpuEngine.reduce(dst, a, b, count, dt, op, scaleB, finalize);
+    return engine::kCpuEngine.reduce(dst, a, b, count, dt, op, scaleB, finalize);
   }
-  void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
-                    ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
+  Status reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
+                      ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
     ++reduces;
-    engine::kCpuEngine.reduceStream(out, nout, nstream, a, b, count, dt, op, scaleB, finalize);
+    return engine::kCpuEngine.reduceStream(out, nout, nstream, a, b, count, dt, op, scaleB, finalize);
   }
-  void streamFence() const override { engine::kCpuEngine.streamFence(); }
+  Status streamFence() const override { return engine::kCpuEngine.streamFence(); }
 
   struct ByteCopy {
     void* dst;
@@ -211,7 +217,7 @@ TEST(CpuEngine, CopyAndReduceEqualTheKernelsForEveryTypeOpAndShape) {
               SCOPED_TRACE(format("%s base %d variant %d count %zu misalign %zu scale %d final %d",
                                   kernels::typeName(dt), base, variant, count, misalign, int(scale), int(fin)));
               std::vector<unsigned char> got = init, want = init;
-              eng.reduce(got.data() + off, a.data() + off, b.data() + off, count, dt, op, scale, fin);
+              ASSERT_TRUE(eng.reduce(got.data() + off, a.data() + off, b.data() + off, count, dt, op, scale, fin).ok());
               kernels::reduce(want.data() + off, a.data() + off, b.data() + off, count, dt, op, scale, fin);
               ASSERT_EQ(got, want) << "reduce";
               if (count == 0) {
@@ -219,11 +225,12 @@ TEST(CpuEngine, CopyAndReduceEqualTheKernelsForEveryTypeOpAndShape) {
               }
               // In place (dst == a), as kLocalReduce and the receives reduce.
               got = a, want = a;
-              eng.reduce(got.data() + off, got.data() + off, b.data() + off, count, dt, op, scale, fin);
+              ASSERT_TRUE(
+                  eng.reduce(got.data() + off, got.data() + off, b.data() + off, count, dt, op, scale, fin).ok());
               kernels::reduce(want.data() + off, want.data() + off, b.data() + off, count, dt, op, scale, fin);
               ASSERT_EQ(got, want) << "reduce in place";
               got = init, want = init;
-              eng.copy(got.data() + off, a.data() + off, count, dt, op, scale, fin);
+              ASSERT_TRUE(eng.copy(got.data() + off, a.data() + off, count, dt, op, scale, fin).ok());
               kernels::copy(want.data() + off, a.data() + off, count, dt, op, scale, fin);
               ASSERT_EQ(got, want) << "copy";
               if (count == 0) {
@@ -233,14 +240,15 @@ TEST(CpuEngine, CopyAndReduceEqualTheKernelsForEveryTypeOpAndShape) {
               got = init, want = init;
               void* gotOut[2] = {got.data() + off, got2.data() + off};
               void* wantOut[2] = {want.data() + off, want2.data() + off};
-              eng.reduceStream(gotOut, 2, 1, a.data() + off, b.data() + off, count, dt, op, scale, fin);
-              eng.streamFence();
+              ASSERT_TRUE(
+                  eng.reduceStream(gotOut, 2, 1, a.data() + off, b.data() + off, count, dt, op, scale, fin).ok());
+              ASSERT_TRUE(eng.streamFence().ok());
               kernels::reduceStream(wantOut, 2, 1, a.data() + off, b.data() + off, count, dt, op, scale, fin);
               kernels::streamFence();
               ASSERT_EQ(got, want) << "reduceStream out[0]";
               ASSERT_EQ(got2, want2) << "reduceStream out[1]";
               got = init;
-              eng.copyBytes(got.data() + off, a.data() + off, bytes);
+              ASSERT_TRUE(eng.copyBytes(got.data() + off, a.data() + off, bytes).ok());
               ASSERT_TRUE(std::equal(got.begin() + off, got.end(), a.begin() + off)) << "copyBytes";
               ASSERT_TRUE(std::equal(got.begin(), got.begin() + off, init.begin())) << "copyBytes wrote before dst";
               ++cases;
@@ -255,17 +263,17 @@ TEST(CpuEngine, ReducesAndScales) {
   const float a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
   float out[3] = {};
   kernels::RedOpSpec op;
-  engine::kCpuEngine.reduce(out, a, b, 3, ncclFloat32, op, false, false);
+  ASSERT_TRUE(engine::kCpuEngine.reduce(out, a, b, 3, ncclFloat32, op, false, false).ok());
   EXPECT_EQ(out[0], 11);
   EXPECT_EQ(out[2], 33);
   op.hasScalar = true;
   const float two = 2;
   std::memcpy(op.scalar, &two, sizeof two);
-  engine::kCpuEngine.copy(out, b, 3, ncclFloat32, op, true, false);
+  ASSERT_TRUE(engine::kCpuEngine.copy(out, b, 3, ncclFloat32, op, true, false).ok());
   EXPECT_EQ(out[1], 40);
   op = {};
   op.divisor = 2;
-  engine::kCpuEngine.reduce(out, a, b, 3, ncclFloat32, op, false, true);
+  ASSERT_TRUE(engine::kCpuEngine.reduce(out, a, b, 3, ncclFloat32, op, false, true).ok());
   EXPECT_EQ(out[0], 5.5f);
 }
 

@@ -20,22 +20,29 @@ class CpuEngine final : public DataEngine {
   // engine of another kind is listed before this one and claims its pointers first.
   bool owns(const void*) const override { return true; }
   // memcpy needs non-null pointers even for 0 bytes; a zero-count buffer may be null.
-  void copyBytes(void* dst, const void* src, size_t bytes) const override {
+  Status copyBytes(void* dst, const void* src, size_t bytes) const override {
     if (bytes != 0) std::memcpy(dst, src, bytes);
+    return OkStatus();
   }
-  void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op, bool scale,
-            bool finalize) const override {
+  Status copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op, bool scale,
+              bool finalize) const override {
     kernels::copy(dst, src, count, dt, op, scale, finalize);
+    return OkStatus();
   }
-  void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op,
-              bool scaleB, bool finalize) const override {
+  Status reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op,
+                bool scaleB, bool finalize) const override {
     kernels::reduce(dst, a, b, count, dt, op, scaleB, finalize);
+    return OkStatus();
   }
-  void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
-                    ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
+  Status reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
+                      ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const override {
     kernels::reduceStream(out, nout, nstream, a, b, count, dt, op, scaleB, finalize);
+    return OkStatus();
   }
-  void streamFence() const override { kernels::streamFence(); }
+  Status streamFence() const override {
+    kernels::streamFence();
+    return OkStatus();
+  }
 };
 
 // The one CPU engine (immutable; its address identifies it).

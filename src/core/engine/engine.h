@@ -7,7 +7,9 @@
 // is the engine of host memory and runs the kernels of collectives/kernels/reduce.h.
 //
 // Every operation is synchronous: when it returns, dst holds the result and the sources
-// may be reused (the executor posts or releases a connection slot right after). Any
+// may be reused (the executor posts or releases a connection slot right after). An
+// operation returns an error (a device engine's driver call failed) and the executor
+// fails the op with it; the CPU engine never fails. Any
 // pointer an operation takes is either the engine's own memory or host memory: the
 // connection slots, the scratch blocks (core/scratch_pool.h) and the single-copy
 // AllReduce's fold buffer are host memory whatever the op's buffers are.
@@ -34,21 +36,25 @@
 // the net rings that send from and receive into the op's buffers in place
 // (CommRunner::sendInPlace, CommRunner::planRecvs: the transport moves those bytes) and
 // the single-copy AllReduce (core/mapped_allreduce.cc), which maps peers' buffers into
-// this process. A device engine's ops must keep off them.
+// this process. Ops of another kind keep off them: the executor checks
+// ExecOp::hostMemory() before the in-place paths, and the single copy describes such a
+// rank's buffers as unreadable, so that every rank takes the rings.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "collectives/kernels/reduce.h"
+#include "common/status.h"
 #include "snccl/nccl.h"
 
 namespace snccl::engine {
 
 enum class MemoryKind : uint8_t {
-  kHost,  // memory the CPU reads and writes (malloc, mmap, ncclMemAlloc of a CPU build)
+  kHost,    // memory the CPU reads and writes (malloc, mmap, ncclMemAlloc of a CPU build)
+  kDevice,  // CUDA device memory (cudaMalloc, cuMemAlloc, cuMemCreate), through the driver
 };
-const char* memoryKindName(MemoryKind kind);  // "host"
+const char* memoryKindName(MemoryKind kind);  // "host", "device"
 
 // The interface the executor calls. Engines are immutable objects with static storage
 // (registry.cc lists them); the executor holds a pointer to one per op.
@@ -65,19 +71,20 @@ class DataEngine {
   virtual bool owns(const void* p) const = 0;
   // bytes from src to dst, which do not overlap (the executor's staging copies into
   // scratch, receives out of a slot, copies into a slot).
-  virtual void copyBytes(void* dst, const void* src, size_t bytes) const = 0;
+  [[nodiscard]] virtual Status copyBytes(void* dst, const void* src, size_t bytes) const = 0;
   // kernels::copy: dst[i] = g(src[i]); dst may equal src.
-  virtual void copy(void* dst, const void* src, size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op,
-                    bool scale, bool finalize) const = 0;
+  [[nodiscard]] virtual Status copy(void* dst, const void* src, size_t count, ncclDataType_t dt,
+                                    const kernels::RedOpSpec& op, bool scale, bool finalize) const = 0;
   // kernels::reduce: dst[i] = a[i] (op) g(b[i]); dst may equal a or b.
-  virtual void reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
-                      const kernels::RedOpSpec& op, bool scaleB, bool finalize) const = 0;
+  [[nodiscard]] virtual Status reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t dt,
+                                      const kernels::RedOpSpec& op, bool scaleB, bool finalize) const = 0;
   // kernels::reduceStream: the same result into every out[k], with stores that bypass
   // the cache into out[0, nstream) where the engine has them; streamFence() orders them
   // before later stores.
-  virtual void reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b, size_t count,
-                            ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB, bool finalize) const = 0;
-  virtual void streamFence() const = 0;
+  [[nodiscard]] virtual Status reduceStream(void* const* out, int nout, int nstream, const void* a, const void* b,
+                                            size_t count, ncclDataType_t dt, const kernels::RedOpSpec& op, bool scaleB,
+                                            bool finalize) const = 0;
+  [[nodiscard]] virtual Status streamFence() const = 0;
 
  protected:
   // Never destroyed through this interface: engines live as long as the process.

@@ -18,6 +18,8 @@ const char* memoryKindName(MemoryKind kind) {
   switch (kind) {
     case MemoryKind::kHost:
       return "host";
+    case MemoryKind::kDevice:
+      return "device";
   }
   return "unknown";
 }

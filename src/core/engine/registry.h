@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "core/engine/cpu_engine.h"
+#include "core/engine/device_engine.h"
 #include "core/engine/engine.h"
 
 namespace snccl::engine {
@@ -14,6 +15,7 @@ namespace snccl::engine {
 // memory kind goes before the CPU engine, which owns every pointer (engine.h: adding a
 // memory kind).
 inline constexpr const DataEngine* kEngines[] = {
+    &kDeviceEngine,
     &kCpuEngine,
 };
 // Whether the CPU engine is the only one: then it owns every buffer of every call, and

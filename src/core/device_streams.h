@@ -1,0 +1,31 @@
+// Operations on CUDA streams: stream order without blocking the caller.
+//
+// A group's operations on a CUDA stream s run on a host worker of s's gate, bracketed by
+// two stream memory operations the calling thread queues on s:
+//   cuStreamWriteValue32(s, started, n)  -- reached once the work queued before is done;
+//   cuStreamWaitValue32(s, done, n, GEQ) -- work queued after waits here;
+// the worker waits until `started` reaches n, runs the operations, and writes n into
+// `done`, also when they failed (the error goes to the communicators, which are then in
+// error state, and to the log): a failed operation never leaves the user's stream blocked.
+// The wait for `started` ends early when `abandoned()` says so (a communicator of the
+// operations was aborted: ncclCommAbort waits for queued work, and a stream that never
+// gets there must not keep it waiting); the operations then run and fail at once.
+// `started` and `done` are two words of pinned host memory the device writes and reads.
+//
+// One gate per stream handle, made on first use and kept for the life of the process
+// (the registry is the only process-wide state of this layer, like the host streams').
+// NULL is the legacy default stream: a call with device buffers and no stream runs there.
+#pragma once
+
+#include <functional>
+
+#include "common/status.h"
+#include "snccl/nccl.h"
+
+namespace snccl {
+
+// Queues task on `stream` as above; returns once it is queued (errors: the driver refused
+// the stream operations, nothing was queued).
+Status submitOnCudaStream(cudaStream_t stream, std::function<Status()> task, std::function<bool()> abandoned);
+
+}  // namespace snccl
