@@ -1,6 +1,7 @@
 // sn_info: what this snccl build knows about itself and this host. Lists the parameter
 // registry (every environment variable snccl reads), the transports, the algorithms, the
-// version, the host identity that decides which ranks share a node, the network plugins
+// version, the host identity that decides which ranks share a node, GPU support (the CUDA
+// driver and the device kernel this build carries), the network plugins
 // (external NCCL plugins and their devices; every RDMA device, port and GID table, and the
 // GID the IB net chooses and why), and the topology.
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include "collectives/tuning/selector.h"
 #include "common/params.h"
 #include "core/slot_geometry.h"
+#include "device/cuda_driver.h"
+#include "device/reduce_kernel_image.h"
 #include "snccl/nccl.h"
 #include "snccl/snccl.h"
 #include "topology/affinity.h"
@@ -37,6 +40,15 @@ void printVersion() {
   gethostname(host, sizeof host - 1);
   std::printf("# Version\n%s, ncclGetVersion = %d\n", sncclVersionString(), code);
   std::printf("# Host\nhostname %s, hostHash 0x%016llx\n", host, (unsigned long long)hostHash());
+  const device::CudaDriver& cuda = device::CudaDriver::get();
+  std::printf("# GPU (docs/gpu.md)\n%s: %s\n", cuda.on() ? "on" : "off",
+              cuda.on() ? cuda.describe().c_str() : cuda.why().c_str());
+  if (device::kReduceKernelImageBytes != 0) {
+    std::printf("device reduction kernel: %zu bytes of fatbinary (sm_80, sm_90, compute_90)\n",
+                device::kReduceKernelImageBytes);
+  } else {
+    std::printf("device reduction kernel: none (built without nvcc: reductions on device memory fail)\n");
+  }
 }
 
 std::string currentValue(const params::Def& d) {

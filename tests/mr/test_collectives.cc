@@ -106,26 +106,11 @@ class CaseRun {
     if (devScalar_ != 0) testCuda().memFree(devScalar_);
   }
 
-  // Device mode: mirrors every buffer in device memory, asynchronously on `stream` when
-  // `async` (the legacy stream's synchronous copies otherwise).
-  bool toDevice(CUstream stream, bool async) {
-    const TestCuda& cu = testCuda();
-    for (auto& s : sides_) {
-      if (s->dev == 0 && cu.memAlloc(&s->dev, s->buf.spanBytes()) != 0) return false;
-      if ((async ? cu.memcpyHtoDAsync(s->dev, s->buf.span(), s->buf.spanBytes(), stream)
-                 : cu.memcpyHtoD(s->dev, s->buf.span(), s->buf.spanBytes())) != 0)
-        return false;
-    }
-    return true;
-  }
-  bool fromDevice(CUstream stream, bool async) {
-    const TestCuda& cu = testCuda();
-    for (auto& s : sides_)
-      if ((async ? cu.memcpyDtoHAsync(s->buf.span(), s->dev, s->buf.spanBytes(), stream)
-                 : cu.memcpyDtoH(s->buf.span(), s->dev, s->buf.spanBytes())) != 0)
-        return false;
-    return true;
-  }
+  // Device mode: copies every buffer up to its device mirror (allocated on first use), or
+  // every mirror down, asynchronously on `stream` when `async` (else with the legacy
+  // stream's synchronous copies).
+  bool toDevice(CUstream stream, bool async) { return mirror(stream, async, true); }
+  bool fromDevice(CUstream stream, bool async) { return mirror(stream, async, false); }
 
   // Enqueues the collective (in a group, records it).
   bool launch(ncclComm_t comm, cudaStream_t stream) {
@@ -213,6 +198,18 @@ class CaseRun {
         return reinterpret_cast<void*>(s->dev + CUdeviceptr(c - s->buf.span()));
     }
     return p;
+  }
+  bool mirror(CUstream stream, bool async, bool up) {
+    const TestCuda& cu = testCuda();
+    for (auto& s : sides_) {
+      if (up && s->dev == 0 && cu.memAlloc(&s->dev, s->buf.spanBytes()) != 0) return false;
+      uint8_t* host = s->buf.span();
+      const size_t n = s->buf.spanBytes();
+      CUresult r = up ? (async ? cu.memcpyHtoDAsync(s->dev, host, n, stream) : cu.memcpyHtoD(s->dev, host, n))
+                      : (async ? cu.memcpyDtoHAsync(host, s->dev, n, stream) : cu.memcpyDtoH(host, s->dev, n));
+      if (r != 0) return false;
+    }
+    return true;
   }
   // Writes the PreMulSum scalar where the library reads it (device memory in device mode).
   void putScalar(uint64_t bits) {

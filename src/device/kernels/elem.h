@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #if defined(__CUDACC__)
 #define SNCCL_HD __host__ __device__ __forceinline__
 #else
@@ -143,40 +145,13 @@ using Fp8E5M2 = Fp8<5, 2, true>;
 template <class A>
 inline constexpr bool kIsFloat = A(0.5) != A(0);
 
-// Unsigned twin of an integer arithmetic type (wrapping Sum and Prod without UB).
+// The unsigned integer of an arithmetic type's width: wrapping Sum and Prod of integers
+// without undefined behaviour, and the bits of floats.
 template <class A>
-struct UnsignedOf;
-template <>
-struct UnsignedOf<int8_t> {
-  using T = uint8_t;
-};
-template <>
-struct UnsignedOf<uint8_t> {
-  using T = uint8_t;
-};
-template <>
-struct UnsignedOf<int32_t> {
-  using T = uint32_t;
-};
-template <>
-struct UnsignedOf<uint32_t> {
-  using T = uint32_t;
-};
-template <>
-struct UnsignedOf<int64_t> {
-  using T = uint64_t;
-};
-template <>
-struct UnsignedOf<uint64_t> {
-  using T = uint64_t;
-};
-template <>
-struct UnsignedOf<float> {
-  using T = uint32_t;
-};
-template <>
-struct UnsignedOf<double> {
-  using T = uint64_t;
+struct UnsignedOf {
+  using T = std::conditional_t<sizeof(A) == 1, uint8_t,
+                               std::conditional_t<sizeof(A) == 2, uint16_t,
+                                                  std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>>>;
 };
 
 template <class A>
