@@ -228,6 +228,7 @@ void commFree(ncclComm* comm) {
   if (comm->initThread.joinable()) comm->initThread.join();
   flight::unregisterComm(comm);
   comm->ordering.waitAll();  // queued host-stream work still references the communicator
+  comm->ordering.waitRunnersGone();
   comm->magic = 0;
   delete comm;
 }

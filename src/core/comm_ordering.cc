@@ -1,6 +1,7 @@
 #include "core/comm_ordering.h"
 
 #include <chrono>
+#include <thread>
 
 #include "common/wait.h"
 
@@ -24,6 +25,11 @@ CommOrdering::Wait CommOrdering::waitTurn(uint64_t ticket, const std::atomic<boo
   }
   waiters_.fetch_sub(1);
   return result;
+}
+
+void CommOrdering::waitRunnersGone() {
+  // Only destructors remain to run once every ticket has finished: a short wait.
+  while (runners_.load(std::memory_order_acquire) != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
 void CommOrdering::waitAll() {

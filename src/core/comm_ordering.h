@@ -37,6 +37,12 @@ class CommOrdering {
   }
   // Waits until every ticket issued so far has finished.
   void waitAll();
+  // Runners queued on a stream are counted from their creation until their destruction,
+  // which a stream's worker may finish after their tickets (core/executor.h, LiveToken).
+  void runnerBorn() { runners_.fetch_add(1); }
+  void runnerGone() { runners_.fetch_sub(1, std::memory_order_release); }
+  // Waits until no counted runner is left (before the communicator is freed).
+  void waitRunnersGone();
 
   uint64_t collSeq = 0;  // collectives issued; the basis of operation signatures
 
@@ -46,6 +52,7 @@ class CommOrdering {
   std::atomic<uint64_t> issued_{0};
   std::atomic<uint64_t> done_{0};
   std::atomic<uint32_t> waiters_{0};
+  std::atomic<int64_t> runners_{0};
 };
 
 }  // namespace snccl

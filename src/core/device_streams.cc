@@ -43,10 +43,15 @@ class Gate {
     auto s = reinterpret_cast<CUstream>(stream);
     std::lock_guard<std::mutex> lock(mutex_);
     const uint32_t n = next_ + 1;
-    SNCCL_TRY(drv.check(api.streamWriteValue32(s, devWords_, n, device::CU_STREAM_WRITE_VALUE_DEFAULT),
-                        "cuStreamWriteValue32 (the operation's start on the user's stream)"));
-    SNCCL_TRY(drv.check(api.streamWaitValue32(s, devWords_ + sizeof(uint32_t), n, device::CU_STREAM_WAIT_VALUE_GEQ),
-                        "cuStreamWaitValue32 (the user's stream waiting for the operation)"));
+    Status st = drv.check(api.streamWriteValue32(s, devWords_, n, device::CU_STREAM_WRITE_VALUE_DEFAULT),
+                          "cuStreamWriteValue32 (the operation's start on the user's stream)");
+    if (st.ok())
+      st = drv.check(api.streamWaitValue32(s, devWords_ + sizeof(uint32_t), n, device::CU_STREAM_WAIT_VALUE_GEQ),
+                     "cuStreamWaitValue32 (the user's stream waiting for the operation)");
+    if (!st.ok()) {
+      worker_.enqueue(std::move(task));
+      return st;
+    }
     next_ = n;
     std::atomic<uint32_t>* words = words_;
     worker_.enqueue([words, n, task = std::move(task), abandoned = std::move(abandoned)] {
@@ -56,7 +61,7 @@ class Gate {
       words[1].store(n, std::memory_order_release);
       return st;
     });
-    return OkStatus();
+  return OkStatus();
   }
 
  private:
@@ -95,27 +100,42 @@ Gates& gates() {
   return *g;
 }
 
-}  // namespace
-
-Status submitOnCudaStream(cudaStream_t stream, std::function<Status()> task, std::function<bool()> abandoned) {
+// The gate of `stream`, made on first use.
+Result<Gate*> gateOf(cudaStream_t stream) {
   const CudaDriver& drv = CudaDriver::get();
   if (!drv.on())
     return InvalidUsage("stream %p is a CUDA stream, and GPU support is off: %s", (void*)stream, drv.why().c_str());
   Gates& g = gates();
-  Gate* gate = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g.mutex);
-    std::unique_ptr<Gate>& slot = g.byStream[stream];
-    if (slot == nullptr) {
-      Result<std::unique_ptr<Gate>> made = Gate::make();
-      if (!made.ok()) {
-        g.byStream.erase(stream);
-        return made.status();
-      }
-      slot = std::move(made).value();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  std::unique_ptr<Gate>& slot = g.byStream[stream];
+  if (slot == nullptr) {
+    Result<std::unique_ptr<Gate>> made = Gate::make();
+    if (!made.ok()) {
+      g.byStream.erase(stream);
+      return made.status();
     }
-    gate = slot.get();
+    slot = std::move(made).value();
   }
+  return slot.get();
+}
+
+}  // namespace
+
+Status prepareCudaStream(cudaStream_t stream) {
+  SNCCL_TRY(gateOf(stream).status());
+  const CudaDriver& drv = CudaDriver::get();
+  int capture = device::CU_STREAM_CAPTURE_STATUS_NONE;
+  SNCCL_TRY(drv.check(drv.api().streamIsCapturing(reinterpret_cast<CUstream>(stream), &capture),
+                      "cuStreamIsCapturing"));
+  if (capture != device::CU_STREAM_CAPTURE_STATUS_NONE)
+    return InvalidUsage("stream %p is being captured into a CUDA graph, which snccl does not support: issue the "
+                        "call outside the capture",
+                        (void*)stream);
+  return OkStatus();
+}
+
+Status submitOnCudaStream(cudaStream_t stream, std::function<Status()> task, std::function<bool()> abandoned) {
+  SNCCL_ASSIGN_OR_RETURN(Gate * gate, gateOf(stream));
   return gate->submit(stream, std::move(task), std::move(abandoned));
 }
 

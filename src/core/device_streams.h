@@ -24,8 +24,13 @@
 
 namespace snccl {
 
-// Queues task on `stream` as above; returns once it is queued (errors: the driver refused
-// the stream operations, nothing was queued).
+// Whether operations can be queued on `stream` (GPU support is on, the stream is not
+// being captured into a CUDA graph: a replay would repeat the two stream operations with
+// a value already reached, and never the operations), making its gate on first use.
+Status prepareCudaStream(cudaStream_t stream);
+// Queues task on `stream` as above and returns. When the driver refuses the stream
+// operations, task still runs (its communicators' later operations wait for it; the
+// peers are in the call too) without waiting for the stream, and the error is returned.
 Status submitOnCudaStream(cudaStream_t stream, std::function<Status()> task, std::function<bool()> abandoned);
 
 }  // namespace snccl

@@ -426,12 +426,17 @@ Status launch(std::vector<PendingOp> ops) {
     for (const PendingOp& p : ops)
       if (p.stream == s) mine.push_back(&p);
     auto runners = std::make_shared<std::vector<std::unique_ptr<CommRunner>>>();
-    Status st = buildRunners(mine, runners.get());
     const bool device = std::any_of(mine.begin(), mine.end(), [](const PendingOp* p) { return onDevice(*p); });
+    const bool now = s == nullptr && !device;
+    HostStream* hs = now ? nullptr : lookupStream(s);
+    // A CUDA stream is checked before the runners take their tickets: a ticket taken must
+    // be run, or every later operation of its communicator waits for it.
+    Status st = now || hs != nullptr ? OkStatus() : prepareCudaStream(s);
+    if (st.ok()) st = buildRunners(mine, runners.get());
     if (st.ok()) {
-      if (s == nullptr && !device) {
+      if (now) {
         st = runOwned(*runners);
-      } else if (HostStream* hs = lookupStream(s)) {
+      } else if (hs != nullptr) {
         hs->enqueue([runners] { return runOwned(*runners); });
       } else {
         auto aborted = [runners] {

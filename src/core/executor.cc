@@ -57,7 +57,7 @@ std::string ExecOp::describe() const {
 }
 
 CommRunner::CommRunner(ncclComm* comm, std::vector<ExecOp> ops, uint64_t ticket)
-    : comm_(comm), ops_(std::move(ops)), nops_(ops_.size()), ticket_(ticket) {}
+    : comm_(comm), live_(&comm->ordering), ops_(std::move(ops)), nops_(ops_.size()), ticket_(ticket) {}
 
 void CommRunner::reset(size_t nops, uint64_t ticket) {
   if (ops_.size() < nops) ops_.resize(nops);
@@ -616,6 +616,10 @@ Status runRunners(std::span<CommRunner*> runners) {
   if (st.ok()) {
     for (CommRunner* r : runners) {
       Status s = checkComm(r->comm());
+      // An aborted communicator (ncclCommAbort sets the flag before it poisons and frees)
+      // must not start connecting now: abort reads the connections.
+      if (s.ok() && r->comm()->errors.abortFlag.load())
+        s = RemoteError("rank %d: the communicator was aborted before this operation ran", r->comm()->rank);
       if (!s.ok()) {
         st = s;
         break;

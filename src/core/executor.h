@@ -190,6 +190,20 @@ class CommRunner {
   void claimDriven(const ExecOp& op);
 
   ncclComm* comm_;
+  // A queued runner (the ticket constructor) counts among its communicator's live
+  // runners (CommOrdering::runnerBorn) until every member below is destroyed: the ops'
+  // scratch goes back to the communicator's pool then, and a worker of a stream may do
+  // that after the ticket finished, when ncclCommDestroy may already be freeing it.
+  struct LiveToken {
+    CommOrdering* ordering = nullptr;
+    LiveToken() = default;
+    explicit LiveToken(CommOrdering* o) : ordering(o) { o->runnerBorn(); }
+    LiveToken(const LiveToken&) = delete;
+    LiveToken& operator=(const LiveToken&) = delete;
+    ~LiveToken() {
+      if (ordering != nullptr) ordering->runnerGone();
+    }
+  } live_;
   std::vector<ExecOp> ops_;
   size_t nops_ = 0;
   uint64_t ticket_ = 0;

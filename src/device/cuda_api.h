@@ -45,6 +45,8 @@ inline constexpr unsigned CU_STREAM_WAIT_VALUE_GEQ = 0;
 inline constexpr unsigned CU_STREAM_WRITE_VALUE_DEFAULT = 0;
 inline constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
 inline constexpr unsigned CU_MEMHOSTALLOC_DEVICEMAP = 2;
+// CUstreamCaptureStatus
+inline constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
 
 // Function pointers, one per exported symbol. The field names drop the cu prefix.
 struct CudaApi {
@@ -59,6 +61,7 @@ struct CudaApi {
   CUresult (*pointerGetAttribute)(void* data, int attribute, CUdeviceptr ptr);               // cuPointerGetAttribute
   CUresult (*streamCreate)(CUstream* stream, unsigned flags);                                // cuStreamCreate
   CUresult (*streamSynchronize)(CUstream stream);                                            // cuStreamSynchronize
+  CUresult (*streamIsCapturing)(CUstream stream, int* status);  // cuStreamIsCapturing
   CUresult (*memAlloc)(CUdeviceptr* dptr, size_t bytes);                                     // cuMemAlloc_v2
   CUresult (*memFree)(CUdeviceptr dptr);                                                     // cuMemFree_v2
   CUresult (*memcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);  // cuMemcpyAsync

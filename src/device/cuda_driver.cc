@@ -55,6 +55,7 @@ Status CudaDriver::load() {
   SN_CU(pointerGetAttribute, "cuPointerGetAttribute")
   SN_CU(streamCreate, "cuStreamCreate")
   SN_CU(streamSynchronize, "cuStreamSynchronize")
+  SN_CU(streamIsCapturing, "cuStreamIsCapturing")
   SN_CU(memAlloc, "cuMemAlloc_v2")
   SN_CU(memFree, "cuMemFree_v2")
   SN_CU(memcpyAsync, "cuMemcpyAsync")

@@ -265,6 +265,33 @@ TEST_F(DeviceStreams, AbortWhileStreamsAreHeld) {
   }
 }
 
+// A call on a stream that is being captured into a CUDA graph is refused (a replay would
+// run nothing), and the communicator stays usable.
+bool capturedStream(ncclComm_t comm, int rank, int) {
+  const TestCuda& cu = testCuda();
+  if (!cu.bindThread()) return false;
+  CUstream s = nullptr;
+  if (cu.streamCreate(&s, 0) != 0) return false;
+  DevBuf buf(256 * 4);
+  const auto cs = reinterpret_cast<cudaStream_t>(s);
+  cu.standinSetCapturing(s, 1);
+  ncclResult_t res = ncclAllReduce(buf.ptr(), buf.ptr(), 256, ncclFloat32, ncclSum, comm, cs);
+  const std::string err = ncclGetLastError(comm);
+  cu.standinSetCapturing(s, 0);
+  EXPECT_EQ(res, ncclInvalidUsage);
+  EXPECT_NE(err.find("CUDA graph"), std::string::npos) << err;
+  bool ok = ncclOk(ncclAllReduce(buf.ptr(), buf.ptr(), 256, ncclFloat32, ncclSum, comm, cs),
+                   "ncclAllReduce after the capture", rank) &&
+            cu.streamSynchronize(s) == 0;
+  cu.streamDestroy(s);
+  return ok && res == ncclInvalidUsage;
+}
+
+TEST_F(DeviceStreams, ACapturedStreamIsRefused) {
+  if (!testCuda().standin) GTEST_SKIP() << "needs the stand-in's capture flag";
+  runRanks(Mode::kThreads, 1, capturedStream, 60);
+}
+
 // One call's buffers are one memory kind; the error names both.
 bool mixedKinds(ncclComm_t comm, int rank, int) {
   if (!testCuda().bindThread()) return false;

@@ -42,7 +42,8 @@ struct TestCuda {
   CUresult (*streamDestroy)(CUstream) = nullptr;
   CUresult (*streamSynchronize)(CUstream) = nullptr;
   CUresult (*launchHostFunc)(CUstream, CUhostFn, void*) = nullptr;
-  void (*standinFailLaunches)(int) = nullptr;  // the stand-in only
+  void (*standinFailLaunches)(int) = nullptr;            // the stand-in only
+  void (*standinSetCapturing)(CUstream, int) = nullptr;  // the stand-in only
 
   // Makes device 0's primary context current on the calling thread (each rank thread).
   bool bindThread() const {
@@ -87,6 +88,7 @@ inline TestCuda loadTestCuda() {
   get(&c.launchHostFunc, "cuLaunchHostFunc");
   if (!ok) return c;
   c.standinFailLaunches = reinterpret_cast<void (*)(int)>(dlsym(lib, "sncclStandinFailLaunches"));
+  c.standinSetCapturing = reinterpret_cast<void (*)(CUstream, int)>(dlsym(lib, "sncclStandinSetCapturing"));
   c.standin = c.standinFailLaunches != nullptr;
   CUdevice dev = 0;
   char name[256] = {};

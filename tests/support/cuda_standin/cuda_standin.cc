@@ -15,7 +15,8 @@
 //
 // Every device reports the name "snccl CPU stand-in of the CUDA driver" (the library logs
 // it at INFO), so a log says which driver ran. sncclStandinFailLaunches(n) makes the next
-// n kernel launches fail, for tests of the error paths.
+// n kernel launches fail, and sncclStandinSetCapturing(stream, on) makes cuStreamIsCapturing
+// report a stream as being captured into a graph, for tests of the error paths.
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -109,6 +110,7 @@ struct State {
   std::set<Stream*> streams;
   Stream* legacy = nullptr;
   std::atomic<int> failLaunches{0};
+  std::set<CUstream> capturing;
 
   State() {
     dev =
@@ -182,6 +184,14 @@ CUcontext fakeContext() { return reinterpret_cast<CUcontext>(uintptr_t(0x5c0)); 
 extern "C" {
 
 __attribute__((visibility("default"))) void sncclStandinFailLaunches(int n) { st().failLaunches.store(n); }
+__attribute__((visibility("default"))) void sncclStandinSetCapturing(CUstream s, int on) {
+  std::lock_guard<std::mutex> lock(st().mutex);
+  if (on) {
+    st().capturing.insert(s);
+  } else {
+    st().capturing.erase(s);
+  }
+}
 
 CUresult cuInit(unsigned) {
   st();
@@ -347,6 +357,11 @@ CUresult cuStreamDestroy_v2(CUstream h) {
 }
 CUresult cuStreamSynchronize(CUstream h) {
   streamOf(h)->sync();
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamIsCapturing(CUstream h, int* status) {
+  std::lock_guard<std::mutex> lock(st().mutex);
+  *status = st().capturing.count(h) != 0 ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE : NONE
   return CUDA_SUCCESS;
 }
 CUresult cuStreamQuery(CUstream h) { return streamOf(h)->idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
