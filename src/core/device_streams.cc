@@ -2,9 +2,11 @@
 #include "core/device_streams.h"
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 #include "common/wait.h"
@@ -61,7 +63,7 @@ class Gate {
       words[1].store(n, std::memory_order_release);
       return st;
     });
-  return OkStatus();
+    return OkStatus();
   }
 
  private:
@@ -73,12 +75,8 @@ class Gate {
     while (int32_t(word->load(std::memory_order_acquire) - n) < 0) {
       if (backoff.idle() != Backoff::Phase::kSleep) continue;
       if (abandoned()) return;
-      usleepShort();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-  }
-  static void usleepShort() {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, nullptr);
   }
 
   std::mutex mutex_;  // orders the memory operations on the stream with the worker's queue

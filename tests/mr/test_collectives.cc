@@ -122,33 +122,15 @@ class CaseRun {
     void* sb = at(send_);  // what the library gets: the buffers or their device mirrors
     void* rb = at(recv_);
     switch (c_.coll) {
-      case Coll::kAllReduce:
-        res = ncclAllReduce(sb, rb, n, c_.dt, op, comm, stream);
-        break;
-      case Coll::kBroadcast:
-        res = ncclBroadcast(sb, rb, n, c_.dt, root, comm, stream);
-        break;
-      case Coll::kBcast:
-        res = ncclBcast(rb, n, c_.dt, root, comm, stream);
-        break;
-      case Coll::kReduce:
-        res = ncclReduce(sb, rb, n, c_.dt, op, root, comm, stream);
-        break;
-      case Coll::kAllGather:
-        res = ncclAllGather(sb, rb, n, c_.dt, comm, stream);
-        break;
-      case Coll::kReduceScatter:
-        res = ncclReduceScatter(sb, rb, n, c_.dt, op, comm, stream);
-        break;
-      case Coll::kAlltoAll:
-        res = ncclAlltoAll(sb, rb, n, c_.dt, comm, stream);
-        break;
-      case Coll::kGather:
-        res = ncclGather(sb, rb, n, c_.dt, root, comm, stream);
-        break;
-      case Coll::kScatter:
-        res = ncclScatter(sb, rb, n, c_.dt, root, comm, stream);
-        break;
+      case Coll::kAllReduce: res = ncclAllReduce(sb, rb, n, c_.dt, op, comm, stream); break;
+      case Coll::kBroadcast: res = ncclBroadcast(sb, rb, n, c_.dt, root, comm, stream); break;
+      case Coll::kBcast: res = ncclBcast(rb, n, c_.dt, root, comm, stream); break;
+      case Coll::kReduce: res = ncclReduce(sb, rb, n, c_.dt, op, root, comm, stream); break;
+      case Coll::kAllGather: res = ncclAllGather(sb, rb, n, c_.dt, comm, stream); break;
+      case Coll::kReduceScatter: res = ncclReduceScatter(sb, rb, n, c_.dt, op, comm, stream); break;
+      case Coll::kAlltoAll: res = ncclAlltoAll(sb, rb, n, c_.dt, comm, stream); break;
+      case Coll::kGather: res = ncclGather(sb, rb, n, c_.dt, root, comm, stream); break;
+      case Coll::kScatter: res = ncclScatter(sb, rb, n, c_.dt, root, comm, stream); break;
     }
     return ncclOk(res, describe(c_, n_), rank_);
   }

@@ -3,8 +3,11 @@
 // streams on one communicator, send/recv, a failed kernel, buffers of two memory kinds.
 // Run on the driver SNCCL_CUDA_DRIVER names (the CPU stand-in in CI, which makes every
 // stream operation asynchronous, so a call that ignored stream order reads stale inputs).
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -34,16 +34,6 @@ SNCCL_HD float floatOf(uint32_t u) {
   memcpy(&f, &u, sizeof f);
   return f;
 }
-SNCCL_HD uint64_t bitsOf(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return u;
-}
-SNCCL_HD double doubleOf(uint64_t u) {
-  double d;
-  memcpy(&d, &u, sizeof d);
-  return d;
-}
 // 2^e for a normal fp32 exponent.
 SNCCL_HD float pow2f(int e) { return floatOf(uint32_t(127 + e) << 23); }
 
