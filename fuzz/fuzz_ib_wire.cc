@@ -52,13 +52,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(off == covered || len == 0, "part %d at %zu, expected %zu", part, off, covered);
     if (part + 1 < nparts) FUZZ_CHECK(len > 0 && len % ib::kPartAlign == 0, "part %d of %zu bytes", part, len);
     covered += len;
-    const ib::DoneRecord rec{seq, msgSize, 7, uint16_t(nparts), uint16_t(part), 0};
+    const ib::DoneRecord rec{seq, msgSize, 7, uint16_t(nparts), uint16_t(part), 0, 0};
     const int qp = ib::partQp(seq, part, nparts, nqps);
     FUZZ_CHECK(qp >= 0 && qp < nqps, "part %d on queue pair %d of %d", part, qp, nqps);
-    const std::string problem = ib::recordProblem(rec, seq, part, nqps, posted, part > 0 ? &first : nullptr, seen);
+    const std::string problem =
+        ib::recordProblem(rec, seq, part, nqps, posted, ib::kNoOffer, part > 0 ? &first : nullptr, seen);
     FUZZ_CHECK(problem.empty(), "the sender's own part %d refused: %s", part, problem.c_str());
-    FUZZ_CHECK(!ib::recordProblem(rec, seq, part, nqps, posted, &rec, seen | 1u << part).empty(), "part %d twice",
-               part);
+    FUZZ_CHECK(!ib::recordProblem(rec, seq, part, nqps, posted, ib::kNoOffer, &rec, seen | 1u << part).empty(),
+               "part %d twice", part);
     if (part == 0) first = rec;
     seen |= 1u << part;
   }
@@ -94,9 +95,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ib::DoneRecord rec;
     std::memcpy(&rec, data, sizeof rec);
     const int announced = data[sizeof rec] % ib::kMaxQps;  // the part the immediate names
-    if (!ib::recordProblem(rec, seq, announced, nqps, posted, nullptr, 0).empty()) continue;
-    FUZZ_CHECK(rec.seq == seq && rec.size <= posted, "accepted a record of %llu bytes for message %llu",
-               (unsigned long long)rec.size, (unsigned long long)rec.seq);
+    // Half the time this end offered a place of the message's own size.
+    const size_t offered = data[sizeof rec] & 0x80 ? size_t(msgSize) : ib::kNoOffer;
+    if (!ib::recordProblem(rec, seq, announced, nqps, posted, offered, nullptr, 0).empty()) continue;
+    FUZZ_CHECK(rec.seq == seq, "accepted a record of message %llu", (unsigned long long)rec.seq);
+    FUZZ_CHECK(rec.flags == 0 || rec.flags == ib::kRecordRetargeted, "accepted flags 0x%x", unsigned(rec.flags));
+    if (rec.flags == 0)
+      FUZZ_CHECK(rec.size <= posted, "accepted a record of %llu bytes for a receive of %zu",
+                 (unsigned long long)rec.size, posted);
+    else
+      FUZZ_CHECK(offered != ib::kNoOffer && rec.size == offered, "accepted a retargeted record of %llu bytes",
+                 (unsigned long long)rec.size);
     FUZZ_CHECK(rec.nparts >= 1 && rec.nparts <= nqps && rec.part < rec.nparts, "accepted part %u of %u",
                unsigned(rec.part), unsigned(rec.nparts));
     FUZZ_CHECK(rec.part == announced, "accepted part %u announced as part %d", unsigned(rec.part), announced);

@@ -3,7 +3,11 @@
 # QEMU guest of tests/rdma/rxe_vm.sh (loopback RoCE on rxe0), measured in interleaved
 # rounds so that both see the same machine load; prints the median of each.
 #
-#   perf/rdma_compare.sh [-r ROUNDS] [-b BUILD_DIR]     (default 3 rounds, build/)
+#   perf/rdma_compare.sh [-r ROUNDS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-x]
+#
+# (default 3 rounds, build/). -a: every sn_*_perf row again with another build (rows named
+# LABEL@DIR), in the same rounds, for an A/B of two versions on the same device and load.
+# -x: leave out the UCX rows.
 #
 # Rows:
 #   ib_write_bw SIZE       perftest, one direction, average MB/s
@@ -25,24 +29,25 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rounds=3 build=build
+rounds=3 build=build other= noucx=
 if [ "${1:-}" = --guest ]; then
   guest=1
   shift
 fi
-while getopts "r:b:h" o; do
+while getopts "r:b:a:xh" o; do
   case $o in
     r) rounds=$OPTARG ;;
     b) build=$OPTARG ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    a) other=$OPTARG ;;
+    x) noucx=1 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
 done
 
 if [ -z "${guest:-}" ]; then
-  export SNCCL_RXE_PASS_ENV="RDMA_ROUNDS RDMA_BUILD"
-  export RDMA_ROUNDS=$rounds RDMA_BUILD=$build
   cd "$ROOT"
-  exec tests/rdma/rxe_vm.sh single -t 1500 -- "perf/rdma_compare.sh --guest -r $rounds -b $build"
+  exec tests/rdma/rxe_vm.sh single -t 1500 -- \
+    "perf/rdma_compare.sh --guest -r $rounds -b $build${other:+ -a $other}${noucx:+ -x}"
 fi
 
 # ---- in the guest ----------------------------------------------------------------------
@@ -68,9 +73,16 @@ netenv() {
   fi
 }
 
-snperf() {  # TOOL LABEL EXTRA_ARGS...
+snperf() {  # TOOL LABEL EXTRA_ARGS...: with $build, then with $other as LABEL@$other
   local tool=$1 label=$2
   shift 2
+  snperf_with "$build" "$tool" "$label" "$@"
+  [ -z "$other" ] || snperf_with "$other" "$tool" "$label@$other" "$@"
+}
+
+snperf_with() {  # BUILD TOOL LABEL EXTRA_ARGS...
+  local build=$1 tool=$2 label=$3
+  shift 3
   local common=(-b 1M -e 4M -f 4 -n 8 -w 2 "$@")
   # shellcheck disable=SC2046  # netenv's words are separate assignments
   env $(netenv) SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
@@ -115,7 +127,7 @@ for ((r = 1; r <= rounds; r++)); do
   snperf allreduce allreduce_unreg
   snperf broadcast broadcast_unreg
   snperf broadcast broadcast_registered -R 1
-  if command -v ucx_perftest >/dev/null; then
+  if [ -z "$noucx" ] && command -v ucx_perftest >/dev/null; then
     for s in 1048576 4194304; do ucx_put_bw "$s"; done
     NET=ucx snperf broadcast ucx_broadcast_unreg
     NET=ucx snperf sendrecv ucx_sendrecv_unreg

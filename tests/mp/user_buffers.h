@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "mp/mp_util.h"
@@ -45,13 +46,16 @@ inline bool fail(int rank, const std::string& what) {
   return false;
 }
 
-// Element i of rank r's send buffer in round k: small, so that sums are exact.
+// Element i of rank r's send buffer in call k: small, so that sums are exact.
 inline int32_t val(int r, size_t i, int k) { return int32_t((size_t(r) * 131 + i * 7 + size_t(k) * 3) % 1000); }
 
 // One call of `coll` with `count` elements per block on buffers malloc'd for it alone,
 // optionally registered, every output element checked, then deregistered and freed.
 inline bool oneCall(ncclComm_t comm, int rank, int n, Coll coll, size_t count, int k, bool reg) {
   const int root = k % n;
+  // The values differ from call to call, also between collectives of one round, so that
+  // data from an earlier call's buffer at the same address (a stale registration) shows.
+  const int salt = k * int(std::size(kColls)) + int(coll);
   const size_t nc = size_t(n) * count;
   size_t sendElems = count, recvElems = count;
   if (coll == Coll::kReduceScatter || coll == Coll::kAlltoAll || coll == Coll::kScatter) sendElems = nc;
@@ -60,7 +64,7 @@ inline bool oneCall(ncclComm_t comm, int rank, int n, Coll coll, size_t count, i
   auto* send = static_cast<int32_t*>(std::malloc(sendElems * 4));
   auto* recv = inPlace ? send : static_cast<int32_t*>(std::malloc(recvElems * 4));
   if (send == nullptr || recv == nullptr) return fail(rank, "malloc failed");
-  for (size_t i = 0; i < sendElems; ++i) send[i] = val(rank, i, k);
+  for (size_t i = 0; i < sendElems; ++i) send[i] = val(rank, i, salt);
   if (!inPlace) std::fill(recv, recv + recvElems, -1);
   void* handles[2] = {nullptr, nullptr};
   const std::string what = std::string(collName(coll)) + ", count " + std::to_string(count) + ", round " +
@@ -98,20 +102,32 @@ inline bool oneCall(ncclComm_t comm, int rank, int n, Coll coll, size_t count, i
   auto expected = [&](size_t i, int32_t* want) {
     auto sum = [&](size_t j) {
       int32_t s = 0;
-      for (int r = 0; r < n; ++r) s += val(r, j, k);
+      for (int r = 0; r < n; ++r) s += val(r, j, salt);
       return s;
     };
     switch (coll) {
       case Coll::kAllReduce:
       case Coll::kAllReduceInPlace: *want = sum(i); return true;
-      case Coll::kBroadcast: *want = val(root, i, k); return true;
+      case Coll::kBroadcast:
+        *want = val(root, i, salt);
+        return true;
       case Coll::kReduce: *want = sum(i); return rank == root;
-      case Coll::kAllGather: *want = val(int(i / count), i % count, k); return true;
+      case Coll::kAllGather:
+        *want = val(int(i / count), i % count, salt);
+        return true;
       case Coll::kReduceScatter: *want = sum(size_t(rank) * count + i); return true;
-      case Coll::kAlltoAll: *want = val(int(i / count), size_t(rank) * count + i % count, k); return true;
-      case Coll::kGather: *want = val(int(i / count), i % count, k); return rank == root;
-      case Coll::kScatter: *want = val(root, size_t(rank) * count + i, k); return true;
-      case Coll::kSendRecv: *want = val((rank + n - 1) % n, i, k); return true;
+      case Coll::kAlltoAll:
+        *want = val(int(i / count), size_t(rank) * count + i % count, salt);
+        return true;
+      case Coll::kGather:
+        *want = val(int(i / count), i % count, salt);
+        return rank == root;
+      case Coll::kScatter:
+        *want = val(root, size_t(rank) * count + i, salt);
+        return true;
+      case Coll::kSendRecv:
+        *want = val((rank + n - 1) % n, i, salt);
+        return true;
     }
     return false;
   };

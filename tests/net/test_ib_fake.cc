@@ -235,6 +235,18 @@ TEST(IbFake, RegistrationsAreSharedAndReferenceCounted) {
   ASSERT_TRUE(f.net->deregMr(f.recv, b).ok());
   ASSERT_TRUE(f.net->deregMr(f.send, c).ok());
   EXPECT_EQ(f.fabric.counts().mrs, base);
+  // Memory given back (Net::forgetRange) while a registration of it is still held: the
+  // next registration at that address is a new one, since the pages may be others now.
+  ASSERT_TRUE(f.net->regMr(f.send, buf.data(), buf.size(), net::kPtrHost, &a).ok());
+  f.net->forgetRange(buf.data() + 100, 10);
+  ASSERT_TRUE(f.net->regMr(f.recv, buf.data(), buf.size(), net::kPtrHost, &b).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base + 2) << "a registration of forgotten memory was handed out again";
+  EXPECT_NE(static_cast<ib::IbMemHandle*>(a)->mr[0], static_cast<ib::IbMemHandle*>(b)->mr[0]);
+  ASSERT_TRUE(f.net->regMr(f.send, buf.data() + 4096, 4096, net::kPtrHost, &c).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base + 2) << "the new registration is shared as usual";
+  for (auto [comm, h] : {std::pair<net::Comm*, net::MemHandle*>{f.send, a}, {f.recv, b}, {f.send, c}})
+    ASSERT_TRUE(f.net->deregMr(comm, h).ok());
+  EXPECT_EQ(f.fabric.counts().mrs, base) << "the forgotten registration was not released with its last handle";
 }
 
 struct ErrorCase {

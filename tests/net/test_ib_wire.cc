@@ -22,9 +22,15 @@ TEST(IbWire, TheSendersOwnRecordsAreAccepted) {
       uint32_t seen = 0;
       size_t covered = 0;
       for (int part = 0; part < nparts; ++part) {
-        const ib::DoneRecord rec{41, size, 9, uint16_t(nparts), uint16_t(part), 0};
-        EXPECT_EQ(ib::recordProblem(rec, 41, part, nqps, size, part ? &first : nullptr, seen), "")
+        const ib::DoneRecord rec{41, size, 9, uint16_t(nparts), uint16_t(part), 0, 0};
+        EXPECT_EQ(ib::recordProblem(rec, 41, part, nqps, size, ib::kNoOffer, part ? &first : nullptr, seen), "")
             << nqps << " queue pairs, " << size << " bytes, part " << part;
+        // The same message written to the place the receiver offered, which may be larger
+        // than the receive's own buffer.
+        ib::DoneRecord moved = rec, movedFirst = first;
+        moved.flags = movedFirst.flags = ib::kRecordRetargeted;
+        EXPECT_EQ(ib::recordProblem(moved, 41, part, nqps, size / 2, size, part ? &movedFirst : nullptr, seen), "")
+            << nqps << " queue pairs, " << size << " bytes, part " << part << ", retargeted";
         const int qp = ib::partQp(41, part, nparts, nqps);
         EXPECT_TRUE(qp >= 0 && qp < nqps);
         if (part == 0) first = rec;
@@ -37,11 +43,11 @@ TEST(IbWire, TheSendersOwnRecordsAreAccepted) {
 
 TEST(IbWire, WrongRecordsAreRefused) {
   const int nqps = 4;
-  const ib::DoneRecord good{7, 1 << 20, 3, 4, 1, 0};  // part 1 of 4, announced as part 1
-  ASSERT_EQ(ib::recordProblem(good, 7, 1, nqps, 1 << 20, nullptr, 0), "");
+  const ib::DoneRecord good{7, 1 << 20, 3, 4, 1, 0, 0};  // part 1 of 4, announced as part 1
+  ASSERT_EQ(ib::recordProblem(good, 7, 1, nqps, 1 << 20, ib::kNoOffer, nullptr, 0), "");
   auto refused = [&](ib::DoneRecord rec, int part, size_t posted, const ib::DoneRecord* first, uint32_t seen,
-                     const char* why) {
-    const std::string p = ib::recordProblem(rec, 7, part, nqps, posted, first, seen);
+                     const char* why, size_t offered = ib::kNoOffer) {
+    const std::string p = ib::recordProblem(rec, 7, part, nqps, posted, offered, first, seen);
     EXPECT_NE(p.find(why), std::string::npos) << "expected \"" << why << "\", got \"" << p << "\"";
   };
   ib::DoneRecord r = good;
@@ -65,6 +71,17 @@ TEST(IbWire, WrongRecordsAreRefused) {
   other.size = good.size;
   other.imm = 4;
   refused(good, 1, 1 << 20, &other, 1u << 0, "its records disagree");
+  // Where the message went: only to a place this end offered, of exactly its size, and
+  // every part to the same place.
+  r = good;
+  r.flags = ib::kRecordRetargeted;
+  refused(r, 1, 1 << 20, nullptr, 0, "a place this end never offered");
+  refused(r, 1, 1 << 20, nullptr, 0, "the offer it was written to 4096", 4096);
+  EXPECT_EQ(ib::recordProblem(r, 7, 1, nqps, 4096, 1 << 20, nullptr, 0), "");
+  refused(r, 1, 1 << 20, &good, 1u << 0, "its records disagree", 1 << 20);
+  refused(good, 1, 1 << 20, &r, 1u << 0, "its records disagree", 1 << 20);
+  r.flags = 2;
+  refused(r, 1, 1 << 20, nullptr, 0, "unknown record flags 0x2", 1 << 20);
 }
 
 TEST(IbWire, MetadataOfAnotherKindIsRefusedAndItsNameTerminated) {

@@ -2,8 +2,10 @@
 // processes of one guest, each its own "node" (SNCCL_HOSTID), so every connection
 // between them is an RC connection on the Soft-RoCE device. Every collective, odd rank
 // counts, zero and unaligned counts, in and out of place (net_checks.h); few and small
-// slots so that credits run out; striping over queue pairs; and a peer killed in the
-// middle. Skips (loudly) without an RDMA device.
+// slots so that credits run out; striping over queue pairs; malloc'd buffers, registered
+// in odd rounds (received into in place: the receiver offers them to the sender), freed
+// and reallocated between calls; and a peer killed in the middle. Skips (loudly) without
+// an RDMA device.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mp/user_buffers.h"
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
 #include "transport/net/ib/ib_verbs.h"
@@ -80,6 +83,21 @@ TEST(IbRanks, ThreeNodesTwoQpsTinySlots) {
   c.env.push_back({"SNCCL_NET_BUFFSIZE", "16384"});
   c.env.push_back({"SNCCL_NET_STEPS", "2"});
   Outcome o = nettest::runCluster(c, checkAll({0, 5, 9001}));
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+}
+
+// What torch and MPI programs pass (mp/user_buffers.h): every collective on malloc'd
+// buffers, freed and reallocated between calls, registered with ncclCommRegister in odd
+// rounds, so that the registered ones are received into in place (the IB net offers them
+// to the sender in front of each credit) and a registration outliving its buffer would
+// show as wrong results or a remote access error.
+TEST(IbRanks, ThreeNodesReallocatedAndRegisteredUserBuffers) {
+  SKIP_UNLESS_RDMA();
+  Outcome o = nettest::runCluster(ibCluster(3), [](ncclComm_t comm, int rank, int n, Shared* sh, bool*) {
+    bool ok = userbuf::reallocBody(comm, rank, n);
+    nettest::report(sh, rank, ok ? 0 : 1, ok ? "" : "a call failed or a result was wrong (see the rank's stderr)");
+    return ok;
+  });
   EXPECT_TRUE(o.allExitedZero()) << o.describe();
 }
 

@@ -271,6 +271,134 @@ TEST(IbVerbs, MessagesAreStripedOverThreeQps) {
   EXPECT_EQ(inChild(env, sendRecvShapes), "");
 }
 
+// Net::retargetRecv and irecvWithOffer over verbs (ib_wire.h): the receiver offers a
+// second place for a message, taken only at exactly the offered size. An offer made with
+// the receive (it travels in front of the grant) or well before the send is taken: the
+// message lands there and the receive's own buffer stays untouched. An offer that comes after the
+// sender wrote the message is still kept, by a copy. A message of another size ignores
+// it, and a receive whose record arrived cannot be offered a place any more.
+std::string retargetCases() {
+  Pair p;
+  std::string err = p.open();
+  if (!err.empty()) return err;
+  const size_t n = (1u << 20) + 129;  // striped into parts when the connection has several QPs
+  std::vector<char> src(n + 64), slot(n + 64), target(n + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = char(i * 11 + 3);
+  net::MemHandle *smh = nullptr, *slotMh = nullptr, *targetMh = nullptr;
+  OK_OR_RETURN(p.net->regMr(p.send, src.data(), src.size(), net::kPtrHost, &smh));
+  OK_OR_RETURN(p.net->regMr(p.recv, slot.data(), slot.size(), net::kPtrHost, &slotMh));
+  OK_OR_RETURN(p.net->regMr(p.recv, target.data(), target.size(), net::kPtrHost, &targetMh));
+  // Posts a receive into `slot`; offerBytes > 0: with an offer of `target` (irecvWithOffer).
+  auto post = [&](net::Request** rr, size_t offerBytes) -> std::string {
+    std::memset(slot.data(), 0x5a, slot.size());
+    std::memset(target.data(), 0x6b, target.size());
+    void* d = slot.data();
+    size_t cap = slot.size();
+    int tag = 1;
+    bool offered = false;
+    Status s = offerBytes == 0 ? p.net->irecv(p.recv, 1, &d, &cap, &tag, &slotMh, rr)
+                               : p.net->irecvWithOffer(p.recv, d, cap, tag, slotMh, target.data(), offerBytes, targetMh,
+                                                       rr, &offered);
+    if (!s.ok() || *rr == nullptr) return "irecv: " + s.message();
+    return offerBytes == 0 || offered ? "" : "the offer was refused";
+  };
+  auto send = [&](size_t bytes, net::Request** sr) -> std::string {
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30); *sr == nullptr;) {
+      Status s = p.net->isend(p.send, src.data(), bytes, 1, 7, smh, sr);
+      if (!s.ok()) return "isend: " + s.message();
+      if (std::chrono::steady_clock::now() > until) return "no credit within 30 s";
+    }
+    return "";
+  };
+  // Tests the receive (it cannot finish yet) for `ms`, so that what it posted lands.
+  auto settle = [&](net::Request* rr, int ms) -> std::string {
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+         std::chrono::steady_clock::now() < until;) {
+      bool done = false;
+      Status s = p.net->test(rr, &done, nullptr, nullptr);
+      if (!s.ok() || done) return "receive: " + (s.ok() ? std::string("done before its send") : s.message());
+    }
+    return "";
+  };
+  auto holds = [&](const std::vector<char>& buf, size_t bytes) {
+    return std::memcmp(buf.data(), src.data(), bytes) == 0;
+  };
+  auto untouched = [](const std::vector<char>& buf, char fill) {
+    for (char c : buf)
+      if (c != fill) return false;
+    return true;
+  };
+  std::string name;
+  for (const char* c : {"offered with the receive", "offered after the grant", "offered after the send", "another size",
+                        "refused after a record"}) {
+    name = c;
+    net::Request *rr = nullptr, *sr = nullptr;
+    size_t got = 0;
+    uint32_t imm = 0;
+    const bool withOffer = name == "offered with the receive" || name == "another size";
+    if (!(err = post(&rr, withOffer ? n : 0)).empty()) break;
+    if (name == "offered with the receive") {
+      if (!(err = send(n, &sr)).empty() || !(err = drive(p.net.get(), sr, rr, &got, &imm)).empty()) break;
+      if (got != n || !holds(target, n) || target[n] != 0x6b) return name + ": not at the offered place";
+      if (!untouched(slot, 0x5a)) return name + ": the receive's own buffer was written too";
+    } else if (name == "offered after the grant") {
+      if (!(err = settle(rr, 200)).empty()) break;
+      if (!p.net->retargetRecv(rr, target.data(), n, targetMh)) return name + ": refused";
+      if (!(err = settle(rr, 200)).empty()) break;
+      if (!(err = send(n, &sr)).empty() || !(err = drive(p.net.get(), sr, rr, &got, &imm)).empty()) break;
+      if (got != n || !holds(target, n)) return name + ": not at the offered place";
+      if (!untouched(slot, 0x5a)) return name + ": the sender did not take an offer made 200 ms before it started";
+    } else if (name == "offered after the send") {
+      if (!(err = settle(rr, 50)).empty() || !(err = send(n, &sr)).empty()) break;
+      if (!(err = drive(p.net.get(), sr, nullptr, nullptr, nullptr)).empty()) break;
+      if (!p.net->retargetRecv(rr, target.data(), n, targetMh)) return name + ": refused before the record was seen";
+      if (!(err = drive(p.net.get(), nullptr, rr, &got, &imm)).empty()) break;
+      if (got != n || !holds(target, n)) return name + ": not copied to the offered place";
+      if (!holds(slot, n)) return name + ": the message did not land in the receive's buffer first";
+    } else if (name == "another size") {
+      if (!(err = send(n - 1, &sr)).empty() || !(err = drive(p.net.get(), sr, rr, &got, &imm)).empty()) break;
+      if (got != n - 1 || !holds(slot, n - 1)) return name + ": not in the receive's buffer";
+      if (!untouched(target, 0x6b)) return name + ": a message of another size went to the offered place";
+    } else {
+      // Two receives: testing the second finds both records, but only the first can be
+      // reported, so the second is seen and still in flight.
+      net::Request* rr2 = nullptr;
+      void* d = target.data();
+      size_t cap = target.size();
+      int tag = 1;
+      Status s = p.net->irecv(p.recv, 1, &d, &cap, &tag, &targetMh, &rr2);
+      if (!s.ok() || rr2 == nullptr) return name + ": second irecv: " + s.message();
+      if (!(err = settle(rr, 50)).empty() || !(err = send(16, &sr)).empty()) break;
+      net::Request* sr2 = nullptr;
+      if (!(err = drive(p.net.get(), sr, nullptr, nullptr, nullptr)).empty() || !(err = send(16, &sr2)).empty() ||
+          !(err = drive(p.net.get(), sr2, nullptr, nullptr, nullptr)).empty())
+        break;
+      bool done = false;
+      for (int i = 0; i < 1000 && s.ok(); ++i) s = p.net->test(rr2, &done, nullptr, nullptr);
+      if (!s.ok() || done) return name + ": the second receive " + (s.ok() ? "finished first" : s.message());
+      if (p.net->retargetRecv(rr2, slot.data(), 16, slotMh)) return name + ": accepted an offer after the record";
+      if (!(err = drive(p.net.get(), nullptr, rr, &got, &imm)).empty() ||
+          !(err = drive(p.net.get(), nullptr, rr2, &got, &imm)).empty())
+        break;
+    }
+  }
+  if (!err.empty()) err = name + ": " + err;
+  OK_OR_RETURN(p.net->deregMr(p.send, smh));
+  OK_OR_RETURN(p.net->deregMr(p.recv, slotMh));
+  OK_OR_RETURN(p.net->deregMr(p.recv, targetMh));
+  p.close();
+  return err;
+}
+
+TEST(IbVerbs, RetargetedReceivesLandAtTheOfferedPlace) {
+  SKIP_UNLESS_RDMA();
+  EXPECT_EQ(inChild(baseEnv(), retargetCases), "");
+  auto striped = baseEnv();
+  striped.emplace_back("NCCL_IB_QPS_PER_CONNECTION", "3");
+  striped.emplace_back("SNCCL_IB_SPLIT_BYTES", "4096");
+  EXPECT_EQ(inChild(striped, retargetCases), "") << "over 3 queue pairs";
+}
+
 // Packets a device's port has sent (rxe's hw_counters), -1 when unreadable.
 long long sentPackets(const std::string& dev) {
   std::ifstream f("/sys/class/infiniband/" + dev + "/ports/1/hw_counters/sent_pkts");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "transport/net/reg_cache.h"
@@ -50,7 +51,9 @@ class RecordingNet : public Net {
   Status closeRecv(RecvComm*, uint32_t) override { return OkStatus(); }
   uint32_t peerAbortCode(const Comm*) const override { return 0; }
   Status closeListen(ListenComm*) override { return OkStatus(); }
+  void forgetRange(const void* data, size_t size) override { forgotten.emplace_back(data, size); }
 
+  std::vector<std::pair<const void*, size_t>> forgotten;
   std::vector<Mr*> live;
   int regs = 0;
   bool refuse = false;
@@ -63,6 +66,24 @@ class RegCacheTest : public ::testing::Test {
   std::shared_ptr<RegCache> regs = std::make_shared<RegCache>();
   std::vector<char> a = std::vector<char>(4096), b = std::vector<char>(8192), ring = std::vector<char>(1024);
 };
+
+// A removed range is forgotten by every net that registers the communicator's ranges, at
+// once, on the remover's thread (a comm still holding its registration notices later),
+// and once per net however many of its comms watch.
+TEST_F(RegCacheTest, RemovedRangesAreForgottenByTheNetsAtOnce) {
+  CommMrs one(&net, regs), two(&net, regs);
+  const uint64_t ida = regs->add(a.data(), a.size());
+  ASSERT_NE(one.lookup(&comm, a.data(), a.size(), 0), nullptr);
+  EXPECT_TRUE(net.forgotten.empty());
+  ASSERT_TRUE(regs->remove(ida));
+  ASSERT_EQ(net.forgotten.size(), 1u);
+  EXPECT_EQ(net.forgotten[0].first, static_cast<const void*>(a.data()));
+  EXPECT_EQ(net.forgotten[0].second, a.size());
+  EXPECT_FALSE(regs->remove(ida));
+  EXPECT_EQ(net.forgotten.size(), 1u);
+  one.releaseAll(&comm);
+  two.releaseAll(&comm);
+}
 
 TEST_F(RegCacheTest, FindsCoveringRangesAndRegistersEachOncePerComm) {
   CommMrs mrs(&net, regs);

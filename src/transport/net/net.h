@@ -125,6 +125,12 @@ class Net {
   // false, only registered ranges are (reg_cache.h); other memory goes through slots.
   virtual bool usesUnregisteredHostMemory() const { return false; }
   virtual Status deregMr(Comm* comm, MemHandle* mh) = 0;
+  // Not in ncclNet: the memory at [data, data + size) is being given back (the user's
+  // ncclCommDeregister, a scratch block unmapped), while some of its registrations may
+  // still be held (comms deregister lazily, net_entry.h). A plugin that shares one
+  // registration among regMr calls must not hand those to later calls: memory at the
+  // same address may then be other pages. Called from any thread.
+  virtual void forgetRange(const void* /*data*/, size_t /*size*/) {}
 
   // *request is null when the message cannot be started yet (no posted receive at the
   // peer, or too many requests in flight): call again later.
@@ -142,6 +148,17 @@ class Net {
   // where it was posted.
   virtual bool retargetRecv(Request* /*request*/, void* /*data*/, size_t /*size*/, MemHandle* /*mh*/) {
     return false;
+  }
+  // Not in ncclNet: irecv of one buffer and retargetRecv(offer, offerBytes, offerMh) of the
+  // receive at once, for a plugin where the sender chooses where a message goes (the
+  // verbs net writes the offer in front of the credit, so the sender sees both).
+  // *offered: what retargetRecv would have returned.
+  virtual Status irecvWithOffer(RecvComm* comm, void* data, size_t size, int tag, MemHandle* mh, void* offer,
+                                size_t offerBytes, MemHandle* offerMh, Request** request, bool* offered) {
+    *offered = false;
+    SNCCL_TRY(irecv(comm, 1, &data, &size, &tag, &mh, request));
+    *offered = *request != nullptr && retargetRecv(*request, offer, offerBytes, offerMh);
+    return OkStatus();
   }
   // Makes received data visible to a device (GPUDirect); a completed no-op on hosts.
   virtual Status iflush(RecvComm* comm, int n, void** data, int* sizes, MemHandle** mhs, Request** request) = 0;

@@ -392,18 +392,23 @@ bool RecvEntry::postReceives() {
     int tag = 0;
     MemHandle* mh = mrs_.ring();
     Request* r = nullptr;
-    Status s = net_->irecv(comm_, 1, &data, &size, &tag, &mh, &r);
+    // The executor's memory for this message, if it named some (RecvPlan). Posted into the
+    // slot and offered the target, so that a message of another size (ranks that disagree
+    // on a count) still lands in the slot, where the executor reports the mismatch.
+    uint32_t targetBytes = 0;
+    const char* target = ring_.plan != nullptr ? ring_.plan->find(posted_, &targetBytes) : nullptr;
+    MemHandle* targetMh = nullptr;
+    if (target != nullptr && !retargetable(target, targetBytes, &targetMh)) target = nullptr;
+    bool offered = false;
+    Status s = target != nullptr ? net_->irecvWithOffer(comm_, data, size, tag, mh, const_cast<char*>(target),
+                                                        targetBytes, targetMh, &r, &offered)
+                                 : net_->irecv(comm_, 1, &data, &size, &tag, &mh, &r);
     if (!s.ok()) {
       fail(s);
       return true;
     }
     if (r == nullptr) break;
-    // The executor's memory for this message, if it named some (RecvPlan). Posted into the
-    // slot and then moved, so that a message of another size (ranks that disagree on a
-    // count) still lands in the slot, where the executor reports the mismatch.
-    uint32_t targetBytes = 0;
-    const char* target = ring_.plan != nullptr ? ring_.plan->find(posted_, &targetBytes) : nullptr;
-    if (target != nullptr && !retargetTo(r, target, targetBytes)) target = nullptr;
+    if (!offered) target = nullptr;
     inflight_.push_back({r, target, targetBytes});
     ++posted_;
     moved = true;
@@ -461,13 +466,18 @@ bool RecvEntry::unwrapPrefix(size_t* size, uint32_t* imm, const char** at, bool*
   return true;
 }
 
-bool RecvEntry::retargetTo(Request* r, const char* target, uint32_t bytes) {
+bool RecvEntry::retargetable(const char* target, uint32_t bytes, MemHandle** mh) {
   // Only into memory the plugin can receive into (registered, or no registration needed),
   // and not behind a prefix (it would land in front of the target).
   if (prefixImm_) return false;
   bool registered = false;
-  MemHandle* mh = userMr(target, bytes, &registered);
-  return registered && net_->retargetRecv(r, const_cast<char*>(target), bytes, mh);
+  *mh = userMr(target, bytes, &registered);
+  return registered;
+}
+
+bool RecvEntry::retargetTo(Request* r, const char* target, uint32_t bytes) {
+  MemHandle* mh = nullptr;
+  return retargetable(target, bytes, &mh) && net_->retargetRecv(r, const_cast<char*>(target), bytes, mh);
 }
 
 bool RecvEntry::arm() {

@@ -284,6 +284,9 @@ class RecvEntry : public NetEntry {
   // Without imm: takes the prefix off the message that just arrived in its wire slot
   // (false: it has none; fail() reported it). *goodbye: it is the peer's goodbye.
   bool unwrapPrefix(size_t* size, uint32_t* imm, const char** at, bool* goodbye);
+  // Whether the plugin can receive into [target, target + bytes); *mh: its registration
+  // (null where the plugin needs none).
+  bool retargetable(const char* target, uint32_t bytes, MemHandle** mh);
   // Net::retargetRecv, for memory the plugin can receive into.
   bool retargetTo(Request* r, const char* target, uint32_t bytes);
 

@@ -18,12 +18,26 @@ uint64_t RegCache::add(const void* addr, size_t bytes) {
 }
 
 bool RegCache::remove(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = std::find_if(ranges_.begin(), ranges_.end(), [id](const Range& r) { return r.id == id; });
-  if (it == ranges_.end()) return false;
-  ranges_.erase(it);
-  version_.fetch_add(1, std::memory_order_release);
+  Range gone{};
+  std::vector<Net*> nets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(ranges_.begin(), ranges_.end(), [id](const Range& r) { return r.id == id; });
+    if (it == ranges_.end()) return false;
+    gone = *it;
+    ranges_.erase(it);
+    version_.fetch_add(1, std::memory_order_release);
+    nets = nets_;
+  }
+  // Before the caller frees the memory: a net must not reuse a registration of these pages
+  // for whatever is mapped at the address next, even while a comm still holds one.
+  for (Net* n : nets) n->forgetRange(reinterpret_cast<const void*>(gone.begin), gone.end - gone.begin);
   return true;
+}
+
+void RegCache::watch(Net* net) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::find(nets_.begin(), nets_.end(), net) == nets_.end()) nets_.push_back(net);
 }
 
 std::vector<RegCache::Range> RegCache::snapshot(uint64_t* version) const {

@@ -44,8 +44,11 @@ class RegCache {
   // Adds [addr, addr + bytes); returns the id that remove() takes (0 for an empty range,
   // which is never found).
   uint64_t add(const void* addr, size_t bytes);
-  // Removes the range `id`; false when there is none.
+  // Removes the range `id` and tells the nets watching (Net::forgetRange); false when there
+  // is none.
   bool remove(uint64_t id);
+  // Makes remove() tell `net` (once per net, however often it is asked).
+  void watch(Net* net);
   // Changes with every add and remove: a reader compares it with the one it saw last.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // The current ranges and the version they belong to.
@@ -54,6 +57,7 @@ class RegCache {
  private:
   mutable std::mutex mu_;
   std::vector<Range> ranges_;  // under mu_
+  std::vector<Net*> nets_;     // under mu_: the nets registering these ranges (process-wide plugins)
   uint64_t nextId_ = 1;        // under mu_
   std::atomic<uint64_t> version_{0};
 };
@@ -62,7 +66,9 @@ class CommMrs {
  public:
   // `regs` may be null (a connection made outside a communicator): then only the ring is
   // registered.
-  CommMrs(Net* net, std::shared_ptr<RegCache> regs) : net_(net), regs_(std::move(regs)) {}
+  CommMrs(Net* net, std::shared_ptr<RegCache> regs) : net_(net), regs_(std::move(regs)) {
+    if (regs_ != nullptr) regs_->watch(net_);
+  }
   CommMrs(const CommMrs&) = delete;
   CommMrs& operator=(const CommMrs&) = delete;
   ~CommMrs();  // expects releaseAll() to have run (a comm that never existed has none)

@@ -20,9 +20,11 @@
 
 namespace snccl::net::ib {
 
+static_assert(kSlots <= 64, "the offer masks keep a bit per slot in 64 bits");
+
 namespace {
 
-enum Kind : uint64_t { kData = 1, kCts = 2, kProbe = 3, kRecv = 4, kCredit = 5 };
+enum Kind : uint64_t { kData = 1, kCts = 2, kProbe = 3, kRecv = 4, kCredit = 5, kOffer = 6 };
 
 uint64_t wrId(Kind k, int slot, int part) { return (uint64_t(k) << 56) | (uint64_t(slot) << 16) | uint64_t(part); }
 Kind wrKind(uint64_t id) { return Kind(id >> 56); }
@@ -36,6 +38,8 @@ const char* kindName(Kind k) {
     case kProbe: return "probe write";
     case kRecv: return "receive";
     case kCredit: return "credit receive";
+    case kOffer:
+      return "offer write";
     default: return "unknown work request";
   }
 }
@@ -130,9 +134,9 @@ Status Endpoint::createResources(int nqps) {
   // A completion channel per rail lets a thread with nothing to do sleep in poll() until
   // a CQ has news; without them the comm is polled on a timer.
   if (v_->createCompChannel != nullptr) wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  // Outstanding completions: receiver kSlots credit writes + kSlots x nqps records;
-  // sender kSlots x nqps record writes + kCreditRecvs credit receives; probes.
-  const int cqe = kSlots * (nqps + 2) + 2 * nqps + 32;
+  // Outstanding completions: receiver 2 x kSlots credit writes + kSlots offers + kSlots x
+  // nqps records; sender kSlots x nqps record writes + 2 x kSlots + 8 credit receives; probes.
+  const int cqe = kSlots * (nqps + 3) + 2 * nqps + 40;
   rates_ = QpRates(nqps);
   for (int i = 0; i < nrails_; ++i) {
     Rail& r = rails_[size_t(i)];
@@ -148,7 +152,7 @@ Status Endpoint::createResources(int nqps) {
     ia.send_cq = r.cq;
     ia.recv_cq = r.cq;
     ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = 2 * kSlots + 8;
+    ia.cap.max_send_wr = 3 * kSlots + 8;  // receiver's first: 2 x kSlots grants + kSlots offers
     ia.cap.max_recv_wr = 2 * kSlots + 8;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
@@ -371,6 +375,9 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
   const Kind k = wrKind(wc.wr_id);
   switch (k) {
     case kCts: return OkStatus();
+    case kOffer:
+      offersBusy_ &= ~(uint64_t(1) << (wrSlot(wc.wr_id) % kSlots));
+      return OkStatus();
     case kCredit:
       // The grant itself is in the FIFO (written by this same operation); the completion
       // only consumed a receive, which goes back.
@@ -413,7 +420,8 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
                                   what_.c_str(), wc.qp_num, imm, static_cast<unsigned long long>(rec.seq), slot,
                                   r.live ? "in flight" : "free", static_cast<unsigned long long>(r.seq)));
       const std::string problem =
-          recordProblem(rec, r.seq, part, int(qps_.size()), r.size, r.partsDone > 0 ? &r.first : nullptr, r.partsSeen);
+          recordProblem(rec, r.seq, part, int(qps_.size()), r.size, r.offer != nullptr ? r.offerBytes : kNoOffer,
+                        r.partsDone > 0 ? &r.first : nullptr, r.partsSeen);
       if (!problem.empty())
         return fail(InternalError("NET/IB: %s: QP 0x%x: %s", what_.c_str(), wc.qp_num, problem.c_str()));
       if (!railDead(rail)) SNCCL_TRY(postRecvs(q, 1));
@@ -729,6 +737,12 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   if (size > 0 && !covers(h, nrails_, p, size))
     return InvalidUsage("NET/IB: %s: isend of %zu bytes at %p that its memory handle does not cover", what_.c_str(),
                         size, data);
+  // The receiver's offer for this message, if it wrote one in time and the size is the
+  // one offered; decided here for every part, and said in every record (ib_wire.h).
+  const CtsEntry* offer = &region_->offers[slot];
+  const bool retargeted =
+      size > 0 && __atomic_load_n(&offer->idx, __ATOMIC_ACQUIRE) == seq + 1 && offer->size == uint64_t(size);
+  const CtsEntry dest = retargeted ? *offer : *e;
   int live[kMaxQps];
   const int nlive = liveQps(live);
   size_t lens[kMaxQps];
@@ -756,6 +770,8 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   r.imm = imm;
   r.data = static_cast<const char*>(data);
   r.mh = mh;
+  r.dest = dest;
+  r.retargeted = retargeted;
   ++posted_;
   size_t off = 0;
   for (int part = 0; part < nparts; off += lens[part], ++part) {
@@ -767,14 +783,13 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
 
 Status Endpoint::postPart(IbRequest& r, int part, size_t off, int q) {
   const int slot = int(r.seq % kSlots);
-  const CtsEntry& grant = region_->fifo[slot];  // unchanged until the receiver has the whole message
   const int rail = qpRail(q, nrails_);
   const size_t len = r.partLen[part];
   r.partQp[part] = uint8_t(q);
   if (params_.adaptive) rates_.posted(q, len, nowSec());
   qpBytes_[q] += len;
   DoneRecord& rec = region_->records[slot][part];
-  rec = DoneRecord{r.seq, r.size, r.imm, uint16_t(r.nparts), uint16_t(part), 0};
+  rec = DoneRecord{r.seq, r.size, r.imm, uint16_t(r.nparts), uint16_t(part), r.retargeted ? kRecordRetargeted : 0, 0};
   ibv_sge sges[2];
   ibv_send_wr wrs[2]{};
   int n = 0;
@@ -783,8 +798,8 @@ Status Endpoint::postPart(IbRequest& r, int part, size_t off, int q) {
     sges[n] = ibv_sge{reinterpret_cast<uintptr_t>(r.data) + off, uint32_t(len), h->mr[size_t(rail)]->lkey};
     wrs[n].wr_id = wrId(kData, slot, part);
     wrs[n].opcode = IBV_WR_RDMA_WRITE;
-    wrs[n].wr.rdma.remote_addr = grant.addr + off;
-    wrs[n].wr.rdma.rkey = grant.rkey[qpRail(q, peer_.nrails)];
+    wrs[n].wr.rdma.remote_addr = r.dest.addr + off;
+    wrs[n].wr.rdma.rkey = r.dest.rkey[qpRail(q, peer_.nrails)];
     ++n;
   }
   sges[n] = ibv_sge{reinterpret_cast<uint64_t>(&rec), sizeof rec, rails_[size_t(rail)].regionMr->lkey};
@@ -808,6 +823,22 @@ Status Endpoint::postPart(IbRequest& r, int part, size_t off, int q) {
 }
 
 Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* mh) {
+  SNCCL_ASSIGN_OR_RETURN(IbRequest * r, stageRecv(data, size, tag, mh));
+  if (r != nullptr) SNCCL_TRY(flushGrants());
+  return r;
+}
+
+Result<IbRequest*> Endpoint::irecvWithOffer(void* data, size_t size, int tag, MemHandle* mh, void* offer,
+                                            size_t offerBytes, MemHandle* offerMh, bool* offered) {
+  *offered = false;
+  SNCCL_ASSIGN_OR_RETURN(IbRequest * r, stageRecv(data, size, tag, mh));
+  if (r == nullptr) return r;
+  *offered = retarget(r, offer, offerBytes, offerMh);  // staged: it goes in front of the grant
+  SNCCL_TRY(flushGrants());
+  return r;
+}
+
+Result<IbRequest*> Endpoint::stageRecv(void* data, size_t size, int tag, MemHandle* mh) {
   if (!failed_.ok()) return failed_;
   const uint64_t seq = posted_;
   if (seq - retired_ >= uint64_t(kSlots)) return nullptr;
@@ -823,25 +854,90 @@ Result<IbRequest*> Endpoint::irecv(void* data, size_t size, int tag, MemHandle* 
   r.seq = seq;
   r.live = true;
   r.size = size;  // the capacity until the message says how much arrived
+  r.data = static_cast<const char*>(data);
+  r.tag = tag;
   CtsEntry& c = region_->fifo[slot];
   c = CtsEntry{uint64_t(p), uint64_t(size), {}, tag, 0, seq + 1};
   for (int i = 0; i < nrails_ && h != nullptr; ++i) c.rkey[i] = h->mr[size_t(i)]->rkey;
-  ibv_sge sge{reinterpret_cast<uint64_t>(&c), sizeof c, rails_[0].regionMr->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = wrId(kCts, slot, 0);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.imm_data = htonl(packImm(seq));
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, fifo) + size_t(slot) * sizeof(CtsEntry);
-  wr.wr.rdma.rkey = peerRailOf(0).regionRkey;
-  ibv_send_wr* bad = nullptr;
-  if (int rc = v_->postSend(qps_[0], &wr, &bad))
-    return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (credit) on QP 0x%x failed", what_.c_str(),
-                           qps_[0]->qp_num));
-  ++posted_;
+  ++posted_;  // its grant is staged; flushGrants writes it
   return &r;
+}
+
+void Endpoint::prepareEntryWrite(int kind, int slot, ibv_sge* sge, ibv_send_wr* wr) const {
+  const bool grant = kind == kCts;
+  const CtsEntry* src = grant ? &region_->fifo[slot] : &region_->offers[slot];
+  const size_t at = grant ? offsetof(Region, fifo) : offsetof(Region, offers);
+  *sge = ibv_sge{reinterpret_cast<uint64_t>(src), sizeof(CtsEntry), rails_[0].regionMr->lkey};
+  wr->wr_id = wrId(Kind(kind), slot, 0);
+  wr->sg_list = sge;
+  wr->num_sge = 1;
+  wr->opcode = IBV_WR_RDMA_WRITE;
+  wr->send_flags = IBV_SEND_SIGNALED;
+  wr->wr.rdma.remote_addr = peer_.regionAddr + at + size_t(slot) * sizeof(CtsEntry);
+  wr->wr.rdma.rkey = peerRailOf(0).regionRkey;
+}
+
+Status Endpoint::flushGrants() {
+  // One post for all: a doorbell (a system call on some providers) per batch, not per
+  // receive. An offer goes first: RC places the writes of one queue pair in order, so a
+  // sender that sees the grant sees the offer.
+  ibv_sge sges[2 * kSlots];
+  ibv_send_wr wrs[2 * kSlots]{};
+  int n = 0;
+  for (uint64_t seq = granted_; seq < posted_; ++seq) {
+    const int slot = int(seq % kSlots);
+    const uint64_t bit = uint64_t(1) << slot;
+    if ((offersOwed_ & bit) != 0) {
+      prepareEntryWrite(kOffer, slot, &sges[n], &wrs[n]);
+      offersOwed_ &= ~bit;
+      offersBusy_ |= bit;
+      ++n;
+    }
+    prepareEntryWrite(kCts, slot, &sges[n], &wrs[n]);
+    wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // wakes a sender waiting for credit
+    wrs[n].imm_data = htonl(packImm(seq));
+    ++n;
+  }
+  granted_ = posted_;
+  if (n == 0) return OkStatus();
+  for (int i = 0; i + 1 < n; ++i) wrs[i].next = &wrs[i + 1];
+  ibv_send_wr* bad = nullptr;
+  if (int rc = v_->postSend(qps_[0], wrs, &bad))
+    return fail(
+        ErrnoError(rc, "NET/IB: %s: ibv_post_send (%d credits) on QP 0x%x failed", what_.c_str(), n, qps_[0]->qp_num));
+  return OkStatus();
+}
+
+bool Endpoint::retarget(IbRequest* r, void* data, size_t size, MemHandle* mh) {
+  const int slot = int(r->seq % kSlots);
+  const uint64_t bit = uint64_t(1) << slot;
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  // Not once a record arrived (the sender has chosen), and not while this slot's last
+  // offer is still being written from its staging entry.
+  if (sender_ || !failed_.ok() || !r->live || r->complete || r->partsDone > 0 || r->offer != nullptr || size == 0 ||
+      ((offersBusy_ | offersOwed_) & bit) != 0 || !covers(static_cast<IbMemHandle*>(mh), nrails_, p, size))
+    return false;
+  const auto* h = static_cast<IbMemHandle*>(mh);
+  CtsEntry& c = region_->offers[slot];
+  c = CtsEntry{uint64_t(p), uint64_t(size), {}, r->tag, 0, r->seq + 1};
+  for (int i = 0; i < nrails_; ++i) c.rkey[i] = h->mr[size_t(i)]->rkey;
+  if (r->seq < granted_) {
+    // The grant is out: the sender may take the offer or may already have started.
+    ibv_sge sge;
+    ibv_send_wr wr{};
+    prepareEntryWrite(kOffer, slot, &sge, &wr);
+    ibv_send_wr* bad = nullptr;
+    if (int rc = v_->postSend(qps_[0], &wr, &bad)) {
+      (void)fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (offer) on QP 0x%x failed", what_.c_str(), qps_[0]->qp_num));
+      return false;
+    }
+    offersBusy_ |= bit;
+  } else {
+    offersOwed_ |= bit;  // flushGrants writes it in front of its grant
+  }
+  r->offer = static_cast<char*>(data);
+  r->offerBytes = size;
+  return true;
 }
 
 Status Endpoint::test(IbRequest* r, bool* done, size_t* size, uint32_t* imm) {
@@ -850,6 +946,16 @@ Status Endpoint::test(IbRequest* r, bool* done, size_t* size, uint32_t* imm) {
   // Messages complete in the order they were posted (net.h).
   if (!r->complete || r->seq != retired_) return OkStatus();
   *done = true;
+  // An offer the sender did not take in time: the message is where the receive was
+  // posted, and goes where retarget() promised.
+  if (!sender_ && r->offer != nullptr && r->size == r->offerBytes) {
+    if ((r->first.flags & kRecordRetargeted) != 0) {
+      ++offersTaken_;
+    } else {
+      std::memcpy(r->offer, r->data, r->size);
+      ++offersCopied_;
+    }
+  }
   if (size != nullptr) *size = r->size;
   if (imm != nullptr) *imm = r->imm;
   r->live = false;
@@ -902,6 +1008,10 @@ void Endpoint::close(uint32_t abortCode) {
     SN_INFO(log::kNet, "NET/IB : %s: %llu messages, bytes per queue pair: %s", what_.c_str(),
             static_cast<unsigned long long>(posted_), spread.c_str());
   }
+  if (!sender_ && offersTaken_ + offersCopied_ > 0)
+    SN_INFO(log::kNet, "NET/IB : %s: %llu messages, %llu written where the receiver offered, %llu copied there",
+            what_.c_str(), static_cast<unsigned long long>(posted_), static_cast<unsigned long long>(offersTaken_),
+            static_cast<unsigned long long>(offersCopied_));
   if (ctl_.valid()) {
     CtlFrame f{uint32_t(abortCode != 0 ? Ctl::kAbort : Ctl::kBye), abortCode};
     ssize_t w = ::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -38,8 +38,13 @@ class IbRequest : public Request {
   uint32_t doneMask = 0;
   uint8_t partQp[kMaxQps] = {};
   uint32_t partLen[kMaxQps] = {};
-  const char* data = nullptr;
+  const char* data = nullptr;  // sender: the source; receiver: where the receive was posted
   MemHandle* mh = nullptr;
+  CtsEntry dest{};          // sender: where the message goes (the grant, or the offer it took)
+  bool retargeted = false;  // sender: dest is the offer (kRecordRetargeted)
+  char* offer = nullptr;    // receiver: the place offered (Endpoint::retarget), or null
+  size_t offerBytes = 0;
+  int tag = 0;            // receiver: the receive's tag
   DoneRecord first{};     // receiver: the first record that arrived (partsDone > 0)
   uint32_t partsSeen = 0;  // receiver: a bit per part whose record arrived
   size_t size = 0;     // sender: bytes sent; receiver: bytes received
@@ -78,6 +83,17 @@ class Endpoint {
   // Data path.
   Result<IbRequest*> isend(void* data, size_t size, int tag, uint32_t imm, MemHandle* mh);
   Result<IbRequest*> irecv(void* data, size_t size, int tag, MemHandle* mh);
+  // irecv with retarget(offer, offerBytes, offerMh) at once (Net::irecvWithOffer): the
+  // offer is written in front of the grant, so the sender sees both. *offered: whether
+  // retarget() took it.
+  Result<IbRequest*> irecvWithOffer(void* data, size_t size, int tag, MemHandle* mh, void* offer, size_t offerBytes,
+                                    MemHandle* offerMh, bool* offered);
+  // Net::retargetRecv: offers `data` (registered by `mh`) to the sender as the place for
+  // message r if it has exactly `size` bytes (ib_wire.h). True when it will be there once
+  // test() reports it: written there by the sender, or copied there from the receive's
+  // buffer when the offer came too late. False once part of the message arrived, or for
+  // a receive offered a place before.
+  bool retarget(IbRequest* r, void* data, size_t size, MemHandle* mh);
   Status test(IbRequest* r, bool* done, size_t* size, uint32_t* imm);
 
   // Prepares to sleep: arms the completion queue's event and appends the descriptors
@@ -109,6 +125,14 @@ class Endpoint {
   const Rail& railOf(int q) const { return rails_[size_t(qpRail(q, nrails_))]; }
   const RailMeta& peerRailOf(int q) const { return peer_.rails[qpRail(q, peer_.nrails)]; }
   Status postRecvs(int qp, int count, int kind = 4 /* kRecv */);
+  // Receiver: a request for the next message, its grant staged but not written (null: no
+  // credit free).
+  Result<IbRequest*> stageRecv(void* data, size_t size, int tag, MemHandle* mh);
+  // Receiver: writes the staged grants, each behind its offer when it has one, in one post.
+  Status flushGrants();
+  // Receiver: a plain RDMA write of slot's staged grant (kind kCts) or offer (kOffer) into
+  // the same entry of the sender's Region, on the first queue pair.
+  void prepareEntryWrite(int kind, int slot, ibv_sge* sge, ibv_send_wr* wr) const;
   std::string railPath(int rail, int peerRail) const;
   // Writes part `part` of request `r` (data, then its record) on queue pair `q`.
   Status postPart(IbRequest& r, int part, size_t off, int q);
@@ -155,6 +179,11 @@ class Endpoint {
 
   IbRequest reqs_[kSlots];
   uint64_t posted_ = 0;   // requests started
+  uint64_t granted_ = 0;  // receiver: requests whose grant was posted (flushGrants)
+  uint64_t offersBusy_ = 0;    // receiver: a bit per slot whose staged offer is still being written
+  uint64_t offersOwed_ = 0;    // receiver: a bit per slot whose offer waits to go in front of its grant
+  uint64_t offersTaken_ = 0;   // receiver: messages the sender wrote to the place offered
+  uint64_t offersCopied_ = 0;  // receiver: messages copied there because the offer came late
   uint64_t retired_ = 0;  // requests reported done to the caller
   Status failed_;
   uint32_t peerAbort_ = 0;

@@ -113,6 +113,20 @@ Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len) {
   return mr;
 }
 
+void Hca::forgetMrs(const void* addr, size_t len) {
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = start + len;
+  std::lock_guard<std::mutex> lock(mrMu_);
+  for (auto it = regs_.begin(); it != regs_.end();) {
+    if (it->first < end && start < it->second.end) {
+      orphans_.push_back(it->second);
+      it = regs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void Hca::releaseMr(ibv_mr* mr) {
   std::lock_guard<std::mutex> lock(mrMu_);
   for (auto it = regs_.begin(); it != regs_.end(); ++it) {

@@ -45,6 +45,9 @@ class Hca {
   // range is registered once per device however many comms use it.
   Result<ibv_mr*> acquireMr(void* addr, size_t len);
   void releaseMr(ibv_mr* mr);
+  // Registrations overlapping [addr, addr + len) are no longer handed out by acquireMr
+  // (Net::forgetRange); those still referenced live on until released.
+  void forgetMrs(const void* addr, size_t len);
   size_t liveMrs() const;
 
   // Port state as the event thread last saw it (1 = up); device-fatal flag.
@@ -71,7 +74,7 @@ class Hca {
     int refs;
   };
   std::map<uintptr_t, Reg> regs_;  // by page-aligned start
-  std::vector<Reg> orphans_;       // replaced in regs_ by a longer one, still referenced
+  std::vector<Reg> orphans_;       // replaced in regs_ by a longer one, or forgotten; still referenced
   std::atomic<uint32_t> portDown_{0};  // bit p: port p reported down
   std::atomic<bool> fatal_{false};
   int stopFd_ = -1;

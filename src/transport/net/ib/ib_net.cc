@@ -270,6 +270,11 @@ class IbNet : public Net {
     return OkStatus();
   }
 
+  void forgetRange(const void* data, size_t size) override {
+    for (const IbPort& p : ports_)  // ports of one device share its Hca: forgetting twice is harmless
+      p.hca->forgetMrs(data, size);
+  }
+
   Status deregMr(Comm*, MemHandle* mh) override {
     auto* h = static_cast<IbMemHandle*>(mh);
     if (h == nullptr) return OkStatus();
@@ -291,6 +296,20 @@ class IbNet : public Net {
     SNCCL_ASSIGN_OR_RETURN(IbRequest * r, static_cast<IbRecvComm*>(comm)->ep->irecv(data[0], sizes[0], tags[0], mhs[0]));
     *req = r;
     return OkStatus();
+  }
+
+  Status irecvWithOffer(RecvComm* comm, void* data, size_t size, int tag, MemHandle* mh, void* offer, size_t offerBytes,
+                        MemHandle* offerMh, Request** req, bool* offered) override {
+    *req = nullptr;
+    SNCCL_ASSIGN_OR_RETURN(IbRequest * r, static_cast<IbRecvComm*>(comm)->ep->irecvWithOffer(
+                                              data, size, tag, mh, offer, offerBytes, offerMh, offered));
+    *req = r;
+    return OkStatus();
+  }
+
+  bool retargetRecv(Request* req, void* data, size_t size, MemHandle* mh) override {
+    auto* r = static_cast<IbRequest*>(req);
+    return r->ep->retarget(r, data, size, mh);
   }
 
   // Host memory: nothing to flush.

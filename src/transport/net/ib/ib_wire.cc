@@ -27,12 +27,19 @@ int splitParts(size_t size, int nqps, size_t splitBytes, size_t* chunk) {
   return int((size + c - 1) / c);
 }
 
-std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted,
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted, size_t offered,
                           const DoneRecord* first, uint32_t partsSeen) {
   if (rec.seq != seq)
     return format("a record of message %llu arrived for message %llu", (unsigned long long)rec.seq,
                   (unsigned long long)seq);
-  if (rec.size > posted)
+  if ((rec.flags & ~kRecordRetargeted) != 0)
+    return format("message %llu: unknown record flags 0x%x", (unsigned long long)seq, unsigned(rec.flags));
+  if ((rec.flags & kRecordRetargeted) != 0 && offered == kNoOffer)
+    return format("message %llu was written to a place this end never offered", (unsigned long long)seq);
+  if ((rec.flags & kRecordRetargeted) != 0 && rec.size != offered)
+    return format("message %llu has %llu bytes, the offer it was written to %zu", (unsigned long long)seq,
+                  (unsigned long long)rec.size, offered);
+  if (rec.size > posted && (rec.flags & kRecordRetargeted) == 0)
     return format("message %llu has %llu bytes, its receive %zu", (unsigned long long)seq, (unsigned long long)rec.size,
                   posted);
   if (rec.nparts < 1 || int(rec.nparts) > nqps || rec.part >= rec.nparts)
@@ -43,10 +50,11 @@ std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqp
                   unsigned(rec.part), part);
   if ((partsSeen >> rec.part & 1) != 0)
     return format("message %llu: part %u arrived twice", (unsigned long long)seq, unsigned(rec.part));
-  if (first != nullptr && (first->size != rec.size || first->nparts != rec.nparts || first->imm != rec.imm))
-    return format("message %llu: its records disagree (%llu or %llu bytes, %u or %u parts)", (unsigned long long)seq,
-                  (unsigned long long)first->size, (unsigned long long)rec.size, unsigned(first->nparts),
-                  unsigned(rec.nparts));
+  if (first != nullptr &&
+      (first->size != rec.size || first->nparts != rec.nparts || first->imm != rec.imm || first->flags != rec.flags))
+    return format("message %llu: its records disagree (%llu or %llu bytes, %u or %u parts, flags 0x%x or 0x%x)",
+                  (unsigned long long)seq, (unsigned long long)first->size, (unsigned long long)rec.size,
+                  unsigned(first->nparts), unsigned(rec.nparts), unsigned(first->flags), unsigned(rec.flags));
   return {};
 }
 

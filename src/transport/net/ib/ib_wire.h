@@ -16,6 +16,15 @@
 //    waiting for a credit gets a completion event.
 //    The sender sends message `seq` only once that entry's idx reads seq + 1, so it never
 //    writes into a buffer it has not been granted.
+//  - The receiver may also offer a second place for a message, where it lands only if it
+//    has exactly the offered size (Net::retargetRecv: the executor's output instead of a
+//    ring slot): a CtsEntry in offers[seq % kSlots] of the sender's Region, written on
+//    the first queue pair before the grant when the offer is known in time, so that a
+//    sender that sees the grant sees the offer too. The sender decides once per message,
+//    when it starts it, and says in every record of the message which place it wrote
+//    (kRecordRetargeted). An offer that comes after the sender started (it read the
+//    offer entry before the write landed) is simply not taken; the receiver then
+//    copies the message from the grant to the offered place itself.
 //  - The sender writes each part of a message with RDMA_WRITE into the granted buffer,
 //    then, on the same queue pair, an RDMA_WRITE_WITH_IMM of a DoneRecord into
 //    records[slot][part] of the receiver's Region. The receiver learns of the part from
@@ -54,18 +63,23 @@ struct CtsEntry {
 };
 static_assert(sizeof(CtsEntry) == 48);
 
+// DoneRecord::flags.
+constexpr uint32_t kRecordRetargeted = 1;  // the message went to the buffer offered
+
 struct DoneRecord {
   uint64_t seq;
   uint64_t size;   // the whole message's bytes
   uint32_t imm;    // Net::isend's imm
   uint16_t nparts;
   uint16_t part;
-  uint64_t reserved;
+  uint32_t flags;  // kRecord*
+  uint32_t reserved;
 };
 static_assert(sizeof(DoneRecord) == 32);
 
 struct alignas(4096) Region {
   CtsEntry fifo[kSlots];                 // sender: grants written by the receiver; receiver: staging
+  CtsEntry offers[kSlots];               // sender: offers written by the receiver; receiver: staging
   DoneRecord records[kSlots][kMaxQps];   // [slot][part]; receiver: written by the sender; sender: staging
   uint64_t probeIn;                      // the peer's probe write lands here
   uint64_t probeOut;                     // the source of this end's probe write
@@ -83,7 +97,7 @@ inline int immPart(uint32_t imm) { return int((imm >> 8) & 0xff); }
 inline uint16_t immSeq16(uint32_t imm) { return uint16_t(imm >> 16); }
 
 constexpr uint32_t kMetaMagic = 0x736e4962;  // "sNIb"
-constexpr uint16_t kMetaVersion = 3;
+constexpr uint16_t kMetaVersion = 4;
 
 // One rail (local port) of an end, as the peer needs it to reach it.
 struct RailMeta {
@@ -134,12 +148,15 @@ inline int partQp(uint64_t seq, int part, int nparts, int nqps) {
 }
 
 // The receiver's check of a record whose immediate named part `part`, for the receive of
-// message `seq` posted for `posted` bytes on a connection of `nqps` queue pairs; `first`:
-// the first record of the same message that arrived (null: this is the first),
-// `partsSeen` a bit for each part whose record arrived. "" when the sender could have
-// written it: its message, at most `posted` bytes, the part the immediate names, at most
-// nqps parts, not seen before, with the same size, part count and imm as the first record.
-std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted,
+// message `seq` posted for `posted` bytes on a connection of `nqps` queue pairs; `offered`:
+// the exact size of the place offered for it (kNoOffer: none); `first`: the first
+// record of the same message that arrived (null: this is the first), `partsSeen` a bit
+// for each part whose record arrived. "" when the sender could have written it: its
+// message, at most `posted` bytes (written at the offer: exactly its size, and only if one
+// was offered), the part the immediate names, at most nqps parts, not seen before, with
+// the same size, part count, imm and flags as the first record.
+constexpr size_t kNoOffer = SIZE_MAX;
+std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted, size_t offered,
                           const DoneRecord* first, uint32_t partsSeen);
 
 // Control-socket frames after setup.
