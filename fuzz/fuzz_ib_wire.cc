@@ -95,8 +95,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ib::DoneRecord rec;
     std::memcpy(&rec, data, sizeof rec);
     const int announced = data[sizeof rec] % ib::kMaxQps;  // the part the immediate names
-    // Half the time this end offered a place of the message's own size.
-    const size_t offered = data[sizeof rec] & 0x80 ? size_t(msgSize) : ib::kNoOffer;
+    // A quarter of the time each, this end offered a place of the record's size or of the
+    // message's; otherwise none.
+    const uint8_t how = data[sizeof rec] >> 6;
+    const size_t offered = how == 3 ? size_t(rec.size) : how == 2 ? size_t(msgSize) : ib::kNoOffer;
     if (!ib::recordProblem(rec, seq, announced, nqps, posted, offered, nullptr, 0).empty()) continue;
     FUZZ_CHECK(rec.seq == seq, "accepted a record of message %llu", (unsigned long long)rec.seq);
     FUZZ_CHECK(rec.flags == 0 || rec.flags == ib::kRecordRetargeted, "accepted flags 0x%x", unsigned(rec.flags));

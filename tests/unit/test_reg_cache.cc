@@ -67,20 +67,22 @@ class RegCacheTest : public ::testing::Test {
   std::vector<char> a = std::vector<char>(4096), b = std::vector<char>(8192), ring = std::vector<char>(1024);
 };
 
-// A removed range is forgotten by every net that registers the communicator's ranges, at
-// once, on the remover's thread (a comm still holding its registration notices later),
-// and once per net however many of its comms watch.
-TEST_F(RegCacheTest, RemovedRangesAreForgottenByTheNetsAtOnce) {
+// A range added or removed is forgotten (Net::forgetRange) by every net that registers
+// the communicator's ranges, at once, on the caller's thread (a comm still holding a
+// registration of the old pages notices later), and once per net however many of its
+// comms watch.
+TEST_F(RegCacheTest, RangesAddedOrRemovedAreForgottenByTheNetsAtOnce) {
   CommMrs one(&net, regs), two(&net, regs);
   const uint64_t ida = regs->add(a.data(), a.size());
-  ASSERT_NE(one.lookup(&comm, a.data(), a.size(), 0), nullptr);
-  EXPECT_TRUE(net.forgotten.empty());
-  ASSERT_TRUE(regs->remove(ida));
+  const std::pair<const void*, size_t> range{a.data(), a.size()};
   ASSERT_EQ(net.forgotten.size(), 1u);
-  EXPECT_EQ(net.forgotten[0].first, static_cast<const void*>(a.data()));
-  EXPECT_EQ(net.forgotten[0].second, a.size());
+  EXPECT_EQ(net.forgotten[0], range);
+  ASSERT_NE(one.lookup(&comm, a.data(), a.size(), 0), nullptr);
+  ASSERT_TRUE(regs->remove(ida));
+  ASSERT_EQ(net.forgotten.size(), 2u);
+  EXPECT_EQ(net.forgotten[1], range);
   EXPECT_FALSE(regs->remove(ida));
-  EXPECT_EQ(net.forgotten.size(), 1u);
+  EXPECT_EQ(net.forgotten.size(), 2u);
   one.releaseAll(&comm);
   two.releaseAll(&comm);
 }

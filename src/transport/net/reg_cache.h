@@ -42,12 +42,13 @@ class RegCache {
   };
 
   // Adds [addr, addr + bytes); returns the id that remove() takes (0 for an empty range,
-  // which is never found).
+  // which is never found). Tells the nets watching (Net::forgetRange), so that the range
+  // gets registrations of the pages mapped there now.
   uint64_t add(const void* addr, size_t bytes);
-  // Removes the range `id` and tells the nets watching (Net::forgetRange); false when there
-  // is none.
+  // Removes the range `id` and tells the nets watching (Net::forgetRange), before the
+  // caller gives the memory back; false when there is none.
   bool remove(uint64_t id);
-  // Makes remove() tell `net` (once per net, however often it is asked).
+  // Makes add() and remove() tell `net` (once per net, however often it is asked).
   void watch(Net* net);
   // Changes with every add and remove: a reader compares it with the one it saw last.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }

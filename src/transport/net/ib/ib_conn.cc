@@ -140,7 +140,7 @@ Status Endpoint::createResources(int nqps) {
   rates_ = QpRates(nqps);
   for (int i = 0; i < nrails_; ++i) {
     Rail& r = rails_[size_t(i)];
-    SNCCL_ASSIGN_OR_RETURN(r.regionMr, r.port->hca->acquireMr(region_, sizeof(Region)));
+    SNCCL_ASSIGN_OR_RETURN(r.regionMr, r.port->hca->acquireMr(region_, sizeof(Region), /*control=*/true));
     if (wakeFd_ >= 0) r.channel = openChannel(v_, r.port->hca->ctx());
     r.cq = v_->createCq(r.port->hca->ctx(), cqe, &r.sink, r.channel, 0);
     if (r.cq == nullptr) return ErrnoError(errno, "NET/IB: %s: ibv_create_cq(%d) failed", r.port->label().c_str(), cqe);
@@ -868,6 +868,7 @@ void Endpoint::prepareEntryWrite(int kind, int slot, ibv_sge* sge, ibv_send_wr* 
   const CtsEntry* src = grant ? &region_->fifo[slot] : &region_->offers[slot];
   const size_t at = grant ? offsetof(Region, fifo) : offsetof(Region, offers);
   *sge = ibv_sge{reinterpret_cast<uint64_t>(src), sizeof(CtsEntry), rails_[0].regionMr->lkey};
+  *wr = ibv_send_wr{};
   wr->wr_id = wrId(Kind(kind), slot, 0);
   wr->sg_list = sge;
   wr->num_sge = 1;
@@ -882,7 +883,7 @@ Status Endpoint::flushGrants() {
   // receive. An offer goes first: RC places the writes of one queue pair in order, so a
   // sender that sees the grant sees the offer.
   ibv_sge sges[2 * kSlots];
-  ibv_send_wr wrs[2 * kSlots]{};
+  ibv_send_wr wrs[2 * kSlots];  // prepareEntryWrite fills the entries used
   int n = 0;
   for (uint64_t seq = granted_; seq < posted_; ++seq) {
     const int slot = int(seq % kSlots);
@@ -924,7 +925,7 @@ bool Endpoint::retarget(IbRequest* r, void* data, size_t size, MemHandle* mh) {
   if (r->seq < granted_) {
     // The grant is out: the sender may take the offer or may already have started.
     ibv_sge sge;
-    ibv_send_wr wr{};
+    ibv_send_wr wr;
     prepareEntryWrite(kOffer, slot, &sge, &wr);
     ibv_send_wr* bad = nullptr;
     if (int rc = v_->postSend(qps_[0], &wr, &bad)) {

@@ -77,7 +77,7 @@ Hca::~Hca() {
   if (ctx_ != nullptr) v_->closeDevice(ctx_);
 }
 
-Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len) {
+Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len, bool control) {
   uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + (len == 0 ? 1 : len) + kPage - 1) & ~(kPage - 1);
   std::lock_guard<std::mutex> lock(mrMu_);
@@ -85,7 +85,7 @@ Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len) {
   // overlap: a covering one is reused, never merged). Registrations are few (a ring's
   // slots per connection, the user's registered buffers): a scan is cheap, and regMr
   // is not on the data path.
-  for (auto it = regs_.upper_bound(start); it != regs_.begin();) {
+  for (auto it = regs_.upper_bound(start); it != regs_.begin() && !control;) {
     --it;
     if (it->second.end >= end) {
       ++it->second.refs;
@@ -95,7 +95,7 @@ Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len) {
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   ibv_mr* mr = nullptr;
   void* base = reinterpret_cast<void*>(start);
-  if (relaxed_ && v_->regMrIova2 != nullptr) {
+  if (relaxed_ && !control && v_->regMrIova2 != nullptr) {
     mr = v_->regMrIova2(pd_, base, end - start, start, unsigned(access | IBV_ACCESS_RELAXED_ORDERING));
   } else {
     mr = v_->regMr(pd_, base, end - start, access);
@@ -103,6 +103,10 @@ Result<ibv_mr*> Hca::acquireMr(void* addr, size_t len) {
   if (mr == nullptr)
     return ErrnoError(errno, "NET/IB: %s: cannot register %zu bytes at %p (ibv_reg_mr; is the locked-memory limit, "
                       "ulimit -l, too low?)", name_.c_str(), size_t(end - start), base);
+  if (control) {
+    orphans_.push_back(Reg{end, mr, 1});
+    return mr;
+  }
   auto [pos, inserted] = regs_.emplace(start, Reg{end, mr, 1});
   if (!inserted) {
     // Same start, shorter registration: keep the longer one in the map; the old entry

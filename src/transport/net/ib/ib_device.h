@@ -42,8 +42,11 @@ class Hca {
 
   // A registration covering [addr, addr + len), shared with every other caller whose
   // range it covers (page-rounded, reference-counted). Registering pins memory, so a
-  // range is registered once per device however many comms use it.
-  Result<ibv_mr*> acquireMr(void* addr, size_t len);
+  // range is registered once per device however many comms use it. `control`: memory
+  // whose last written field tells the reader the rest is in place (a connection's
+  // Region of grants, offers and records): registered on its own and never with relaxed
+  // PCIe ordering, which would let the NIC place that field before the others.
+  Result<ibv_mr*> acquireMr(void* addr, size_t len, bool control = false);
   void releaseMr(ibv_mr* mr);
   // Registrations overlapping [addr, addr + len) are no longer handed out by acquireMr
   // (Net::forgetRange); those still referenced live on until released.
@@ -74,7 +77,7 @@ class Hca {
     int refs;
   };
   std::map<uintptr_t, Reg> regs_;  // by page-aligned start
-  std::vector<Reg> orphans_;       // replaced in regs_ by a longer one, or forgotten; still referenced
+  std::vector<Reg> orphans_;       // not shared: replaced in regs_ by a longer one, forgotten, or control
   std::atomic<uint32_t> portDown_{0};  // bit p: port p reported down
   std::atomic<bool> fatal_{false};
   int stopFd_ = -1;
