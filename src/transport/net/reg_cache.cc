@@ -9,20 +9,21 @@ namespace snccl::net {
 
 uint64_t RegCache::add(const void* addr, size_t bytes) {
   if (addr == nullptr || bytes == 0) return 0;
+  // First, before any comm can find the range: a registration of the pages that were at
+  // this address before may still be shareable (one made by a comm racing with the
+  // remove() of that memory, or memory freed without ncclCommDeregister). The new range
+  // must get registrations of its own pages.
   std::vector<Net*> nets;
-  uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    id = nextId_++;
-    auto begin = reinterpret_cast<uintptr_t>(addr);
-    ranges_.push_back({begin, begin + bytes, id});
-    version_.fetch_add(1, std::memory_order_release);
     nets = nets_;
   }
-  // Also here: a registration of the pages that were at this address before may still be
-  // shareable (one made by a comm racing with the remove() of that memory, or memory freed
-  // without ncclCommDeregister). The new range must get registrations of its own pages.
   for (Net* n : nets) n->forgetRange(addr, bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = nextId_++;
+  auto begin = reinterpret_cast<uintptr_t>(addr);
+  ranges_.push_back({begin, begin + bytes, id});
+  version_.fetch_add(1, std::memory_order_release);
   return id;
 }
 
