@@ -44,6 +44,8 @@ struct TestCuda {
   CUresult (*launchHostFunc)(CUstream, CUhostFn, void*) = nullptr;
   void (*standinFailLaunches)(int) = nullptr;            // the stand-in only
   void (*standinSetCapturing)(CUstream, int) = nullptr;  // the stand-in only
+  void (*standinSlowStreams)(int) = nullptr;             // the stand-in only
+  size_t (*standinPendingOps)() = nullptr;               // the stand-in only
 
   // Makes device 0's primary context current on the calling thread (each rank thread).
   bool bindThread() const {
@@ -89,6 +91,8 @@ inline TestCuda loadTestCuda() {
   if (!ok) return c;
   c.standinFailLaunches = reinterpret_cast<void (*)(int)>(dlsym(lib, "sncclStandinFailLaunches"));
   c.standinSetCapturing = reinterpret_cast<void (*)(CUstream, int)>(dlsym(lib, "sncclStandinSetCapturing"));
+  c.standinSlowStreams = reinterpret_cast<void (*)(int)>(dlsym(lib, "sncclStandinSlowStreams"));
+  c.standinPendingOps = reinterpret_cast<size_t (*)()>(dlsym(lib, "sncclStandinPendingOps"));
   c.standin = c.standinFailLaunches != nullptr;
   CUdevice dev = 0;
   char name[256] = {};

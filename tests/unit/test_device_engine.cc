@@ -257,6 +257,23 @@ TEST_F(DeviceEngineTest, AFailedLaunchIsAnErrorNamingTheCall) {
   EXPECT_TRUE(engine::kDeviceEngine.reduce(d, d, d, 16, ncclFloat32, op, false, false).ok());
 }
 
+// A call that fails after queuing work (host operands staged, then the launch fails)
+// returns only once its stream drained: the caller may free the operands at once.
+TEST_F(DeviceEngineTest, AFailedLaunchReturnsOnlyOnceItsCopiesAreDone) {
+  const sntest::TestCuda& cu = sntest::testCuda();
+  if (!cu.standin || cu.standinSlowStreams == nullptr) GTEST_SKIP() << "needs the stand-in's slow streams";
+  std::vector<float> a(1024, 1.0f), b(1024, 2.0f);
+  void* d = deviceCopy(std::vector<unsigned char>(a.size() * 4, 0));
+  kernels::RedOpSpec op;
+  cu.standinSlowStreams(20000);  // each queued copy takes 20 ms
+  cu.standinFailLaunches(1);
+  Status st = engine::kDeviceEngine.reduce(d, a.data(), b.data(), a.size(), ncclFloat32, op, false, false);
+  const size_t pending = cu.standinPendingOps();
+  cu.standinSlowStreams(0);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(pending, 0u) << "the failed call left copies of its host operands queued";
+}
+
 // The stand-in's device memory is not host memory: a host path that touched a user's
 // device buffer would crash in CI as it would on a GPU.
 TEST_F(DeviceEngineTest, StandInDeviceMemoryIsNotHostMemory) {

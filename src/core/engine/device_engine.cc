@@ -69,10 +69,16 @@ Status runKernel(DeviceContext* d, void* dst, const void* a, const void* b, size
     *out = stage[k];
     return drv.check(api.memcpyAsync(stage[k], dptr(p), bytes, d->stream), "cuMemcpyAsync (host operand)");
   };
+  // Once anything is queued, an error returns only after the stream has drained: the
+  // caller may free or reuse the operands as soon as it sees the error.
+  auto drained = [&](Status s) {
+    if (!s.ok()) (void)api.streamSynchronize(d->stream);
+    return s;
+  };
   device::kernels::ReduceKernelArgs args{};
   CUdeviceptr da = 0, db = 0;
   SNCCL_TRY(operand(a, 0, &da));
-  SNCCL_TRY(operand(b, 1, &db));
+  SNCCL_TRY(drained(operand(b, 1, &db)));
   const bool hostDst = !drv.isDevice(dst);
   args.dst = reinterpret_cast<void*>(hostDst ? stage[2] : dptr(dst));
   args.a = reinterpret_cast<const void*>(da);
@@ -86,11 +92,12 @@ Status runKernel(DeviceContext* d, void* dst, const void* a, const void* b, size
   constexpr unsigned kThreads = 256, kMaxBlocks = 4096;
   const size_t blocks = std::min<size_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
   void* params[] = {&args};
-  SNCCL_TRY(drv.check(
+  SNCCL_TRY(drained(drv.check(
       api.launchKernel(d->reduceKernel, unsigned(blocks), 1, 1, kThreads, 1, 1, 0, d->stream, params, nullptr),
-      "cuLaunchKernel (reduction)"));
+      "cuLaunchKernel (reduction)")));
   if (hostDst)
-    SNCCL_TRY(drv.check(api.memcpyAsync(dptr(dst), stage[2], bytes, d->stream), "cuMemcpyAsync (host result)"));
+    SNCCL_TRY(
+        drained(drv.check(api.memcpyAsync(dptr(dst), stage[2], bytes, d->stream), "cuMemcpyAsync (host result)")));
   return drv.check(api.streamSynchronize(d->stream), "cuStreamSynchronize");
 }
 

@@ -17,6 +17,9 @@
 // it at INFO), so a log says which driver ran. sncclStandinFailLaunches(n) makes the next
 // n kernel launches fail, and sncclStandinSetCapturing(stream, on) makes cuStreamIsCapturing
 // report a stream as being captured into a graph, for tests of the error paths.
+// sncclStandinSlowStreams(us) delays every stream operation by `us`, and
+// sncclStandinPendingOps() counts the operations queued on all streams and not finished,
+// so a test can see work left running behind a call that returned.
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -42,6 +45,8 @@ constexpr size_t kRegionBytes = size_t(16) << 30;
 constexpr size_t kGranularity = size_t(64) << 10;
 constexpr CUresult kLaunchFailed = 719;  // CUDA_ERROR_LAUNCH_FAILED
 
+int streamDelayUs();  // sncclStandinSlowStreams
+
 class Stream {
  public:
   Stream() : worker_([this] { run(); }) {}
@@ -65,9 +70,10 @@ class Stream {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [this] { return busy_ == 0; });
   }
-  bool idle() {
+  bool idle() { return pending() == 0; }
+  size_t pending() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return busy_ == 0;
+    return busy_;
   }
 
  private:
@@ -79,6 +85,7 @@ class Stream {
       std::function<void()> op = std::move(ops_.front());
       ops_.pop_front();
       lock.unlock();
+      if (int us = streamDelayUs(); us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
       op();
       lock.lock();
       --busy_;
@@ -110,6 +117,7 @@ struct State {
   std::set<Stream*> streams;
   Stream* legacy = nullptr;
   std::atomic<int> failLaunches{0};
+  std::atomic<int> streamDelayUs{0};
   std::set<CUstream> capturing;
 
   State() {
@@ -156,6 +164,8 @@ void* at(CUdeviceptr p) {
   return c;
 }
 
+int streamDelayUs() { return st().streamDelayUs.load(); }
+
 Stream* streamOf(CUstream h) {
   if (h != nullptr) return reinterpret_cast<Stream*>(h);
   State& s = st();
@@ -184,6 +194,13 @@ CUcontext fakeContext() { return reinterpret_cast<CUcontext>(uintptr_t(0x5c0)); 
 extern "C" {
 
 __attribute__((visibility("default"))) void sncclStandinFailLaunches(int n) { st().failLaunches.store(n); }
+__attribute__((visibility("default"))) void sncclStandinSlowStreams(int us) { st().streamDelayUs.store(us); }
+__attribute__((visibility("default"))) size_t sncclStandinPendingOps() {
+  std::lock_guard<std::mutex> lock(st().mutex);
+  size_t n = st().legacy != nullptr ? st().legacy->pending() : 0;
+  for (Stream* s : st().streams) n += s->pending();
+  return n;
+}
 __attribute__((visibility("default"))) void sncclStandinSetCapturing(CUstream s, int on) {
   std::lock_guard<std::mutex> lock(st().mutex);
   if (on) {
