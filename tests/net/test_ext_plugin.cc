@@ -263,7 +263,8 @@ TEST(ExtPluginRanks, NoneLoadsNothing) {
 
 // A rank killed behind a plugin: the survivors fail with ncclRemoteError well before the
 // timeout. ncclNet carries no abort code, so only a survivor whose own connection to the
-// dead rank failed can name it; the other learns that its neighbour stopped.
+// dead rank failed can name it (through the plugin); the other learns that its neighbour
+// stopped.
 TEST(ExtPluginRanks, KilledPeerGivesErrorsNotHangs) {
   nettest::Cluster c = loopback(3);
   c.env[1] = {"SNCCL_TIMEOUT", "30"};
@@ -288,14 +289,15 @@ TEST(ExtPluginRanks, KilledPeerGivesErrorsNotHangs) {
     return false;
   });
   ASSERT_TRUE(WIFSIGNALED(o.status[2])) << o.describe();
-  int naming = 0;
+  int naming = 0, throughPlugin = 0;
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(WIFEXITED(o.status[r]) && WEXITSTATUS(o.status[r]) == 0) << o.describe();
     EXPECT_EQ(o.reports[r].code, ncclRemoteError) << o.describe();
     EXPECT_LT(o.reports[r].tEnd - o.reports[2].tEnd, 15.0) << o.describe();
-    EXPECT_NE(std::string(o.reports[r].msg).find("NET/SnSocket"), std::string::npos) << o.describe();
+    throughPlugin += std::string(o.reports[r].msg).find("NET/SnSocket") != std::string::npos;
     naming += std::string(o.reports[r].msg).find("rank 2") != std::string::npos;
   }
+  EXPECT_GE(throughPlugin, 1) << o.describe();
   EXPECT_GE(naming, 1) << o.describe();
 }
 
