@@ -24,7 +24,17 @@ static_assert(kSlots <= 64, "the offer masks keep a bit per slot in 64 bits");
 
 namespace {
 
-enum Kind : uint64_t { kData = 1, kCts = 2, kProbe = 3, kRecv = 4, kCredit = 5, kOffer = 6 };
+enum Kind : uint64_t {
+  kData = 1,
+  kCts = 2,
+  kProbe = 3,
+  kRecv = 4,
+  kCredit = 5,
+  kOffer = 6,
+  kRegrant = 7,  // a grant written again after the control queue pair's rail failed
+  kNews = 8,     // rail news (ib_wire.h)
+  kPing = 9,     // a zero-length write that checks the peer after the control socket failed
+};
 
 uint64_t wrId(Kind k, int slot, int part) { return (uint64_t(k) << 56) | (uint64_t(slot) << 16) | uint64_t(part); }
 Kind wrKind(uint64_t id) { return Kind(id >> 56); }
@@ -40,6 +50,12 @@ const char* kindName(Kind k) {
     case kCredit: return "credit receive";
     case kOffer:
       return "offer write";
+    case kRegrant:
+      return "credit write";
+    case kNews:
+      return "rail news write";
+    case kPing:
+      return "ping write";
     default: return "unknown work request";
   }
 }
@@ -173,12 +189,13 @@ Status Endpoint::createResources(int nqps) {
   // record write of a part consumes one, and at most kSlots requests are in flight.
   if (!sender_)
     for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, kSlots));
-  // The sender's QP 0 takes the credit writes (RDMA_WRITE_WITH_IMM, so that a sender
-  // asleep waiting for a credit gets a completion event). Up to 2 x kSlots can be in
-  // flight between two polls of the sender's CQ: the receiver grants kSlots past what it
-  // has retired, and it retires only what the sender sent, itself kSlots past what the
-  // sender has retired.
-  if (sender_) SNCCL_TRY(postRecvs(0, 2 * kSlots + 8, kCredit));
+  // The sender's first queue pair of each rail may be the control queue pair (ib_wire.h),
+  // which takes the credit writes (RDMA_WRITE_WITH_IMM, so that a sender asleep waiting
+  // for a credit gets a completion event). Up to 2 x kSlots can be in flight between two
+  // polls of the sender's CQ: the receiver grants kSlots past what it has retired, and it
+  // retires only what the sender sent, itself kSlots past what the sender has retired.
+  if (sender_)
+    for (int q = 0; q < std::min(nrails_, nqps); ++q) SNCCL_TRY(postRecvs(q, 2 * kSlots + 8, kCredit));
   return OkStatus();
 }
 
@@ -325,7 +342,7 @@ Status Endpoint::fail(Status s) {
   failed_ = s;
   // Tell the peer at once, out of band: its queue pairs may be healthy and it would
   // otherwise wait for data that will not come.
-  if (ctl_.valid()) {
+  if (ctl_.valid() && !ctlLost_) {
     CtlFrame f{uint32_t(Ctl::kAbort), uint32_t(s.code())};
     ssize_t w = ::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
@@ -355,12 +372,22 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
   // queue pairs fail with local or retry errors before the event says why): look for a
   // local cause the same way.
   // A rail the connection can live without is given up instead, whatever the error
-  // (ib_wire.h; should the cause be the peer's, rail 0 fails next), and what its queue
-  // pairs flush afterwards is expected.
+  // (ib_wire.h; should the cause be the peer's, the other rails fail next), and what its
+  // queue pairs flush afterwards is expected.
+  const Kind k = wrKind(wc.wr_id);
+  if (!sender_ && (k == kOffer || k == kRegrant)) {
+    // The staged entry may be reused once the write that reads it is done, failed or
+    // flushed; an older write of it on a rail given up does not count.
+    const int slot = wrSlot(wc.wr_id) % kSlots;
+    if (entryRail_[k == kOffer ? 1 : 0][slot] == rail)
+      (k == kOffer ? offersBusy_ : grantsBusy_) &= ~(uint64_t(1) << slot);
+  }
   if (wc.status != IBV_WC_SUCCESS && railDead(rail)) return OkStatus();
-  if (wc.status != IBV_WC_SUCCESS && canLoseRail(rail) && failed_.ok())
-    return loseRail(rail, format("%s on QP 0x%x completed with status '%s'", kindName(wrKind(wc.wr_id)), wc.qp_num,
-                                 v_->wcStatusStr(wc.status)));
+  if (wc.status != IBV_WC_SUCCESS && canLoseRail(rail) && failed_.ok()) {
+    SNCCL_TRY(checkControl(true));  // the peer's failure notice, if it came first, names the cause
+    return loseRail(
+        rail, format("%s on QP 0x%x completed with status '%s'", kindName(k), wc.qp_num, v_->wcStatusStr(wc.status)));
+  }
   if (wc.status != IBV_WC_SUCCESS && failed_.ok()) {
     for (int i = 0; i < 100 && failed_.ok(); ++i) {
       Status s = checkHealth();
@@ -372,19 +399,24 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
     }
   }
   if (wc.status != IBV_WC_SUCCESS) return fail(completionError(rail, wc));
-  const Kind k = wrKind(wc.wr_id);
   switch (k) {
-    case kCts: return OkStatus();
+    case kCts:
     case kOffer:
-      offersBusy_ &= ~(uint64_t(1) << (wrSlot(wc.wr_id) % kSlots));
+    case kRegrant:
+    case kNews:
+    case kPing:
       return OkStatus();
-    case kCredit:
+    case kCredit: {
       // The grant itself is in the FIFO (written by this same operation); the completion
-      // only consumed a receive, which goes back.
-      if (!sender_ || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || qpIndex(rail, wc.qp_num) != 0)
+      // only consumed a receive, which goes back. Rail news comes the same way.
+      const int q = qpIndex(rail, wc.qp_num);
+      if (!sender_ || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || q < 0 || q >= nrails_)
         return fail(InternalError("NET/IB: %s: unexpected credit completion (QP 0x%x, opcode %d)", what_.c_str(),
                                   wc.qp_num, int(wc.opcode)));
-      return postRecvs(0, 1, kCredit);
+      if (!railDead(rail)) SNCCL_TRY(postRecvs(q, 1, kCredit));
+      const uint32_t imm = ntohl(wc.imm_data);
+      return immSlot(imm) == kNewsSlot ? railNews(imm) : OkStatus();
+    }
     case kProbe: ++probesDone_; return OkStatus();
     case kData: {
       IbRequest& r = reqs_[wrSlot(wc.wr_id) % kSlots];
@@ -408,6 +440,10 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
       const int q = qpIndex(rail, wc.qp_num);
       const uint32_t imm = ntohl(wc.imm_data);
       const int slot = immSlot(imm), part = immPart(imm);
+      if (!sender_ && q >= 0 && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && slot == kNewsSlot) {
+        if (!railDead(rail)) SNCCL_TRY(postRecvs(q, 1));
+        return railNews(imm);
+      }
       if (sender_ || q < 0 || wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || slot >= kSlots || part >= kMaxQps)
         return fail(InternalError("NET/IB: %s: unexpected receive completion (QP 0x%x, opcode %d, imm 0x%x)",
                                   what_.c_str(), wc.qp_num, int(wc.opcode), imm));
@@ -541,24 +577,33 @@ Status Endpoint::checkLink() {
 
 // ---- Rail failover (ib_wire.h) -----------------------------------------------------
 
+bool Endpoint::canLoseRail(int rail) const {
+  if (nrails_ < 2 || peer_.nrails != nrails_) return false;
+  const uint32_t live = ((uint32_t(1) << nrails_) - 1) & ~deadRails_ & ~(uint32_t(1) << rail);
+  return live != 0;
+}
+
+int Endpoint::ctlQp() const {
+  for (int rail = 0; rail < nrails_; ++rail)
+    if (!railDead(rail)) return rail;  // queue pair r is rail r's first
+  return 0;
+}
+
 Status Endpoint::loseRail(int rail, const std::string& why) {
   if (railDead(rail)) return OkStatus();
-  deadRails_ |= uint32_t(1) << rail;
   SN_WARN("NET/IB : %s: rail %s failed (%s); the connection goes on over the other rails", what_.c_str(),
           rails_[size_t(rail)].port->label().c_str(), why.c_str());
-  SNCCL_TRY(killRailQps(uint32_t(1) << rail));
+  SNCCL_TRY(stopRails(uint32_t(1) << rail));
   if (!sender_) {
     stateOwed_ = true;  // progress() sends it
     return OkStatus();
   }
-  CtlFrame f{uint32_t(Ctl::kRailDown), uint32_t(1) << rail};
-  if (::send(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof f))
-    return fail(RemoteError("NET/IB: %s: rail %s failed (%s), and the peer cannot be told: %s", what_.c_str(),
-                            rails_[size_t(rail)].port->label().c_str(), why.c_str(), std::strerror(errno)));
-  return OkStatus();
+  return sendRailDown();
 }
 
-Status Endpoint::killRailQps(uint32_t mask) {
+Status Endpoint::stopRails(uint32_t mask) {
+  const int ctlBefore = ctlQp();
+  deadRails_ |= mask;
   // In the error state a queue pair takes no more writes and flushes what it has posted.
   for (size_t q = 0; q < qps_.size(); ++q) {
     if ((mask >> qpRail(int(q), nrails_) & 1) == 0) continue;
@@ -567,46 +612,126 @@ Status Endpoint::killRailQps(uint32_t mask) {
     if (int rc = v_->modifyQp(qps_[q], &a, IBV_QP_STATE))
       return fail(ErrnoError(rc, "NET/IB: %s: QP 0x%x to ERR failed", what_.c_str(), qps_[q]->qp_num));
   }
+  return !sender_ && ctlQp() != ctlBefore ? regrant() : OkStatus();
+}
+
+Status Endpoint::regrant() {
+  // The grants and offers of messages not retired may have been lost with the old control
+  // queue pair. Writing them again is harmless: the same bytes land in the same entries,
+  // and the sender reads an entry only when it starts its message. Until a rewritten
+  // grant's write is done its staging entry is kept (stageRecv).
+  const int q = ctlQp();
+  const int rail = qpRail(q, nrails_);
+  ibv_sge sges[2 * kSlots];
+  ibv_send_wr wrs[2 * kSlots];
+  int n = 0;
+  for (uint64_t seq = retired_; seq < granted_; ++seq) {
+    const int slot = int(seq % kSlots);
+    const uint64_t bit = uint64_t(1) << slot;
+    if (reqs_[slot].offer != nullptr && (offersOwed_ & bit) == 0) {
+      prepareEntryWrite(kOffer, slot, q, &sges[n], &wrs[n]);
+      offersBusy_ |= bit;
+      entryRail_[1][slot] = uint8_t(rail);
+      ++n;
+    }
+    prepareEntryWrite(kRegrant, slot, q, &sges[n], &wrs[n]);
+    wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wrs[n].imm_data = htonl(packImm(seq));
+    grantsBusy_ |= bit;
+    entryRail_[0][slot] = uint8_t(rail);
+    ++n;
+  }
+  SN_INFO(log::kNet, "NET/IB : %s: grants of messages %llu to %llu written again on QP 0x%x (%d writes)", what_.c_str(),
+          static_cast<unsigned long long>(retired_), static_cast<unsigned long long>(granted_), qps_[size_t(q)]->qp_num,
+          n);
+  if (n == 0) return OkStatus();
+  for (int i = 0; i + 1 < n; ++i) wrs[i].next = &wrs[i + 1];
+  ibv_send_wr* bad = nullptr;
+  if (int rc = v_->postSend(qps_[size_t(q)], wrs, &bad))
+    return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (%d credits written again) on QP 0x%x failed", what_.c_str(),
+                           n, qps_[size_t(q)]->qp_num));
+  return OkStatus();
+}
+
+Status Endpoint::sendRailDown() {
+  // A zero-length write whose immediate carries the news; the receiver keeps receives
+  // posted on every queue pair.
+  const int q = ctlQp();
+  ibv_send_wr wr{};
+  wr.wr_id = wrId(kNews, 0, q);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(railDownImm(deadRails_));
+  wr.wr.rdma.remote_addr = peer_.regionAddr;
+  wr.wr.rdma.rkey = peerRailOf(q).regionRkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = v_->postSend(qps_[size_t(q)], &wr, &bad))
+    return fail(ErrnoError(rc, "NET/IB: %s: a rail failed, and the peer cannot be told: ibv_post_send on QP 0x%x",
+                           what_.c_str(), qps_[size_t(q)]->qp_num));
   return OkStatus();
 }
 
 Status Endpoint::sendRailState() {
   // The records that landed on the failed rails before their queue pairs stopped are in
   // their completion queues (the ones armWait kept were handled by progress()): take
-  // them all, then say what arrived.
+  // them all, then say what arrived. Each report has its own entry: rails only fail,
+  // and the last one cannot, so there are at most kMaxRails - 1.
   SNCCL_TRY(pollRails(deadRails_));
-  RailStateFrame msg{};
-  msg.head = CtlFrame{uint32_t(Ctl::kRailState), deadRails_};
-  msg.state.retired = retired_;
+  if (reportsSent_ >= kMaxRails - 1)
+    return fail(
+        InternalError("NET/IB: %s: rail report %d of at most %d", what_.c_str(), reportsSent_ + 1, kMaxRails - 1));
+  const int k = reportsSent_++;
+  RailState& st = region_->railStates[k];
+  st.rails = deadRails_;
+  st.retired = retired_;
   for (int slot = 0; slot < kSlots; ++slot) {
     const IbRequest& r = reqs_[slot];
-    msg.state.seq[slot] = r.live ? r.seq : UINT64_MAX;
-    msg.state.partsSeen[slot] = r.live ? r.partsSeen : 0;
+    st.seq[slot] = r.live ? r.seq : UINT64_MAX;
+    st.partsSeen[slot] = r.live ? r.partsSeen : 0;
   }
   settledRails_ = deadRails_;
-  // Under a kilobyte on a socket that carries little else: it fits at once unless the
-  // peer stopped reading, which the bound below turns into an error.
-  const char* p = reinterpret_cast<const char*>(&msg);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(params_.lingerMs);
-  for (size_t done = 0; done < sizeof msg;) {
-    ssize_t k = ::send(ctl_.fd(), p + done, sizeof msg - done, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && std::chrono::steady_clock::now() < until) {
-      pollfd pf{ctl_.fd(), POLLOUT, 0};
-      (void)::poll(&pf, 1, 10);
-      continue;
-    }
-    if (k <= 0)
-      return fail(RemoteError("NET/IB: %s: a rail failed, and the peer cannot be told: %s", what_.c_str(),
-                              k < 0 ? std::strerror(errno) : "the control socket takes nothing"));
-    done += size_t(k);
-  }
+  const int q = ctlQp();
+  SN_INFO(log::kNet, "NET/IB : %s: rail report %d (rails 0x%x given up, %llu messages retired, %llu posted) on QP 0x%x",
+          what_.c_str(), k, deadRails_, static_cast<unsigned long long>(retired_),
+          static_cast<unsigned long long>(posted_), qps_[size_t(q)]->qp_num);
+  ibv_sge sge{reinterpret_cast<uint64_t>(&st), sizeof st, railOf(q).regionMr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wrId(kNews, k, q);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(railStateImm(k));
+  wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, railStates) + size_t(k) * sizeof(RailState);
+  wr.wr.rdma.rkey = peerRailOf(q).regionRkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = v_->postSend(qps_[size_t(q)], &wr, &bad))
+    return fail(ErrnoError(rc, "NET/IB: %s: a rail failed, and the peer cannot be told: ibv_post_send on QP 0x%x",
+                           what_.c_str(), qps_[size_t(q)]->qp_num));
   return OkStatus();
 }
 
-Status Endpoint::railStateArrived(uint32_t mask, const RailState& st) {
-  mask &= (uint32_t(1) << nrails_) - 1;
-  if (!sender_ || (mask & ~settledRails_) == 0) return OkStatus();  // nothing new
+Status Endpoint::railNews(uint32_t imm) {
+  const uint32_t arg = imm >> 16;
+  if (!sender_ && immPart(imm) == kNewsRailDown) {
+    // The sender gave up rails: the receiver stops them and says what it has.
+    const uint32_t fresh = arg & ~settledRails_ & ((uint32_t(1) << nrails_) - 1);
+    if (fresh == 0) return OkStatus();
+    SNCCL_TRY(peerLostRails(fresh));
+    stateOwed_ = true;  // progress() sends it
+    return OkStatus();
+  }
+  if (sender_ && immPart(imm) == kNewsRailState && arg < uint32_t(kMaxRails - 1)) {
+    RailState st;
+    std::memcpy(&st, &region_->railStates[arg], sizeof st);
+    return railStateArrived(st);
+  }
+  return fail(InternalError("NET/IB: %s: rail news with unknown immediate 0x%x", what_.c_str(), imm));
+}
+
+Status Endpoint::railStateArrived(const RailState& st) {
+  const uint32_t mask = st.rails & ((uint32_t(1) << nrails_) - 1);
+  if ((mask & ~settledRails_) == 0) return OkStatus();  // nothing new
   SNCCL_TRY(peerLostRails(mask));
   settledRails_ |= mask;
   return resendLostParts(st);
@@ -620,8 +745,7 @@ Status Endpoint::peerLostRails(uint32_t mask) {
                               what_.c_str(), rail, pathDescription().c_str()));
     SN_WARN("NET/IB : %s: the peer gave up rail %s; the connection goes on over the other rails", what_.c_str(),
             rails_[size_t(rail)].port->label().c_str());
-    deadRails_ |= uint32_t(1) << rail;
-    SNCCL_TRY(killRailQps(uint32_t(1) << rail));
+    SNCCL_TRY(stopRails(uint32_t(1) << rail));
   }
   return OkStatus();
 }
@@ -630,6 +754,9 @@ Status Endpoint::resendLostParts(const RailState& st) {
   int live[kMaxQps];
   const int nlive = liveQps(live);
   int turn = 0;
+  SN_INFO(log::kNet, "NET/IB : %s: the receiver's rail report (rails 0x%x, %llu retired) for messages %llu to %llu",
+          what_.c_str(), st.rails, static_cast<unsigned long long>(st.retired),
+          static_cast<unsigned long long>(retired_), static_cast<unsigned long long>(posted_));
   for (uint64_t seq = retired_; seq < posted_; ++seq) {
     IbRequest& r = reqs_[seq % kSlots];
     if (!r.live || r.complete) continue;
@@ -650,10 +777,12 @@ Status Endpoint::resendLostParts(const RailState& st) {
     }
     if (r.partsDone == r.nparts) r.complete = true;
   }
+  SN_INFO(log::kNet, "NET/IB : %s: %d parts written again", what_.c_str(), turn);
   return OkStatus();
 }
 
 Status Endpoint::checkControl(bool force) {
+  if (ctlLost_) return OkStatus();
   const auto now = std::chrono::steady_clock::now();
   if (!force && now < nextCtlCheck_) return OkStatus();
   nextCtlCheck_ = now + std::chrono::milliseconds(1);  // a system call per millisecond, not per poll
@@ -666,40 +795,27 @@ Status Endpoint::checkControl(bool force) {
     for (const IbRequest& r : reqs_) outstanding = outstanding || (r.live && !r.complete);
     if (k <= 0) {
       const int err = k < 0 ? errno : 0;
-      ctlClosed_ = true;
-      if (peerBye_ && !outstanding) return OkStatus();
+      if (peerBye_ && !outstanding) {
+        ctlClosed_ = true;
+        return OkStatus();
+      }
       if (err != 0) {
-        // The control connection failed (reset, or TCP gave up: a cut link). Whose link?
-        int rail = 0;
-        std::string local = linkProblem(&rail);
-        if (!local.empty())
-          return fail(SystemError("NET/IB: %s: this node's network link is down: %s; path %s", what_.c_str(),
-                                  local.c_str(), pathDescription().c_str()));
+        // The control connection failed (reset, or TCP gave up: a cut link). A rail whose
+        // link is down here is given up, or the connection fails naming it; a path that
+        // timed out (not a peer that reset it) may be the control socket's alone.
+        SNCCL_TRY(checkLink());
+        if (err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == ENETDOWN) return controlLost(err);
+        ctlClosed_ = true;
         return fail(RemoteError("NET/IB: %s: the control connection to the peer failed (%s)%s; path %s",
                                 what_.c_str(), std::strerror(err), outstanding ? " with operations in flight" : "",
                                 pathDescription().c_str()));
       }
+      ctlClosed_ = true;
       return fail(RemoteError("NET/IB: %s: the peer closed the connection%s (process gone?); path %s", what_.c_str(),
                               outstanding ? " with operations in flight" : "", pathDescription().c_str()));
     }
     if (size_t(k) < sizeof f) return OkStatus();  // the rest of the frame is on its way
-    if (f.type == uint32_t(Ctl::kRailState)) {
-      RailStateFrame msg;
-      k = ::recv(ctl_.fd(), &msg, sizeof msg, MSG_DONTWAIT | MSG_PEEK);
-      if (k < ssize_t(sizeof msg)) return OkStatus();  // the rest is on its way
-      k = ::recv(ctl_.fd(), &msg, sizeof msg, MSG_DONTWAIT);
-      SNCCL_TRY(railStateArrived(msg.head.code, msg.state));
-      continue;
-    }
     k = ::recv(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT);
-    if (f.type == uint32_t(Ctl::kRailDown)) {
-      // The sender gave up rails: the receiver stops them and says what it has.
-      const uint32_t fresh = f.code & ~settledRails_ & ((uint32_t(1) << nrails_) - 1);
-      if (sender_ || fresh == 0) continue;
-      SNCCL_TRY(peerLostRails(fresh));
-      stateOwed_ = true;  // progress() sends it
-      continue;
-    }
     if (f.type == uint32_t(Ctl::kAbort)) {
       if (peerAbort_ == 0 || (f.code >> 8) != 0) peerAbort_ = f.code;
       return fail(RemoteError("NET/IB: %s: the peer reported a failure (%s); path %s", what_.c_str(),
@@ -712,6 +828,33 @@ Status Endpoint::checkControl(bool force) {
                                 what_.c_str(), pathDescription().c_str()));
     }
   }
+}
+
+Status Endpoint::controlLost(int err) {
+  // The queue pairs may well run over another network than the TCP socket (or over
+  // rails that live on). A zero-length write on each live one tells whether the peer is
+  // still there: if not, it fails with the retry error, naming the path.
+  ctlLost_ = true;
+  SN_WARN(
+      "NET/IB : %s: the control connection to the peer failed (%s); the connection goes on over its queue "
+      "pairs, without failure notices from the peer",
+      what_.c_str(), std::strerror(err));
+  int live[kMaxQps];
+  const int nlive = liveQps(live);
+  for (int i = 0; i < nlive; ++i) {
+    const int q = live[i];
+    ibv_send_wr wr{};
+    wr.wr_id = wrId(kPing, 0, q);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, probeIn);
+    wr.wr.rdma.rkey = peerRailOf(q).regionRkey;
+    ibv_send_wr* bad = nullptr;
+    if (int rc = v_->postSend(qps_[size_t(q)], &wr, &bad))
+      return fail(
+          ErrnoError(rc, "NET/IB: %s: ibv_post_send (ping) on QP 0x%x failed", what_.c_str(), qps_[size_t(q)]->qp_num));
+  }
+  return OkStatus();
 }
 
 Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t imm, MemHandle* mh) {
@@ -841,8 +984,11 @@ Result<IbRequest*> Endpoint::irecvWithOffer(void* data, size_t size, int tag, Me
 Result<IbRequest*> Endpoint::stageRecv(void* data, size_t size, int tag, MemHandle* mh) {
   if (!failed_.ok()) return failed_;
   const uint64_t seq = posted_;
-  if (seq - retired_ >= uint64_t(kSlots)) return nullptr;
   const int slot = int(seq % kSlots);
+  if (seq - retired_ >= uint64_t(kSlots) || (grantsBusy_ >> slot & 1) != 0) {
+    if ((grantsBusy_ >> slot & 1) != 0) SNCCL_TRY(progress());  // its completion frees the slot
+    return nullptr;
+  }
   auto* h = static_cast<IbMemHandle*>(mh);
   const auto p = reinterpret_cast<uintptr_t>(data);
   if (size > 0 && !covers(h, nrails_, p, size))
@@ -863,11 +1009,11 @@ Result<IbRequest*> Endpoint::stageRecv(void* data, size_t size, int tag, MemHand
   return &r;
 }
 
-void Endpoint::prepareEntryWrite(int kind, int slot, ibv_sge* sge, ibv_send_wr* wr) const {
-  const bool grant = kind == kCts;
+void Endpoint::prepareEntryWrite(int kind, int slot, int q, ibv_sge* sge, ibv_send_wr* wr) const {
+  const bool grant = kind != kOffer;
   const CtsEntry* src = grant ? &region_->fifo[slot] : &region_->offers[slot];
   const size_t at = grant ? offsetof(Region, fifo) : offsetof(Region, offers);
-  *sge = ibv_sge{reinterpret_cast<uint64_t>(src), sizeof(CtsEntry), rails_[0].regionMr->lkey};
+  *sge = ibv_sge{reinterpret_cast<uint64_t>(src), sizeof(CtsEntry), railOf(q).regionMr->lkey};
   *wr = ibv_send_wr{};
   wr->wr_id = wrId(Kind(kind), slot, 0);
   wr->sg_list = sge;
@@ -875,7 +1021,7 @@ void Endpoint::prepareEntryWrite(int kind, int slot, ibv_sge* sge, ibv_send_wr* 
   wr->opcode = IBV_WR_RDMA_WRITE;
   wr->send_flags = IBV_SEND_SIGNALED;
   wr->wr.rdma.remote_addr = peer_.regionAddr + at + size_t(slot) * sizeof(CtsEntry);
-  wr->wr.rdma.rkey = peerRailOf(0).regionRkey;
+  wr->wr.rdma.rkey = peerRailOf(q).regionRkey;
 }
 
 Status Endpoint::flushGrants() {
@@ -885,16 +1031,18 @@ Status Endpoint::flushGrants() {
   ibv_sge sges[2 * kSlots];
   ibv_send_wr wrs[2 * kSlots];  // prepareEntryWrite fills the entries used
   int n = 0;
+  const int q = ctlQp();
   for (uint64_t seq = granted_; seq < posted_; ++seq) {
     const int slot = int(seq % kSlots);
     const uint64_t bit = uint64_t(1) << slot;
     if ((offersOwed_ & bit) != 0) {
-      prepareEntryWrite(kOffer, slot, &sges[n], &wrs[n]);
+      prepareEntryWrite(kOffer, slot, q, &sges[n], &wrs[n]);
       offersOwed_ &= ~bit;
       offersBusy_ |= bit;
+      entryRail_[1][slot] = uint8_t(qpRail(q, nrails_));
       ++n;
     }
-    prepareEntryWrite(kCts, slot, &sges[n], &wrs[n]);
+    prepareEntryWrite(kCts, slot, q, &sges[n], &wrs[n]);
     wrs[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // wakes a sender waiting for credit
     wrs[n].imm_data = htonl(packImm(seq));
     ++n;
@@ -903,9 +1051,9 @@ Status Endpoint::flushGrants() {
   if (n == 0) return OkStatus();
   for (int i = 0; i + 1 < n; ++i) wrs[i].next = &wrs[i + 1];
   ibv_send_wr* bad = nullptr;
-  if (int rc = v_->postSend(qps_[0], wrs, &bad))
-    return fail(
-        ErrnoError(rc, "NET/IB: %s: ibv_post_send (%d credits) on QP 0x%x failed", what_.c_str(), n, qps_[0]->qp_num));
+  if (int rc = v_->postSend(qps_[size_t(q)], wrs, &bad))
+    return fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (%d credits) on QP 0x%x failed", what_.c_str(), n,
+                           qps_[size_t(q)]->qp_num));
   return OkStatus();
 }
 
@@ -926,13 +1074,16 @@ bool Endpoint::retarget(IbRequest* r, void* data, size_t size, MemHandle* mh) {
     // The grant is out: the sender may take the offer or may already have started.
     ibv_sge sge;
     ibv_send_wr wr;
-    prepareEntryWrite(kOffer, slot, &sge, &wr);
+    const int q = ctlQp();
+    prepareEntryWrite(kOffer, slot, q, &sge, &wr);
     ibv_send_wr* bad = nullptr;
-    if (int rc = v_->postSend(qps_[0], &wr, &bad)) {
-      (void)fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (offer) on QP 0x%x failed", what_.c_str(), qps_[0]->qp_num));
+    if (int rc = v_->postSend(qps_[size_t(q)], &wr, &bad)) {
+      (void)fail(ErrnoError(rc, "NET/IB: %s: ibv_post_send (offer) on QP 0x%x failed", what_.c_str(),
+                            qps_[size_t(q)]->qp_num));
       return false;
     }
     offersBusy_ |= bit;
+    entryRail_[1][slot] = uint8_t(qpRail(q, nrails_));
   } else {
     offersOwed_ |= bit;  // flushGrants writes it in front of its grant
   }
@@ -995,7 +1146,7 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
     return true;
   }
   for (int i = 0; i < nrails_; ++i) fds->push_back(pollfd{rails_[size_t(i)].channel->fd, POLLIN, 0});
-  fds->push_back(pollfd{ctl_.fd(), POLLIN, 0});
+  if (!ctlLost_) fds->push_back(pollfd{ctl_.fd(), POLLIN, 0});
   return true;
 }
 
@@ -1020,7 +1171,7 @@ void Endpoint::close(uint32_t abortCode) {
     // Wait (bounded) for the peer's own goodbye, so that neither end unregisters memory
     // the other may still write into while it finishes.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(params_.lingerMs);
-    bool heard = peerBye_ || peerAbort_ != 0;
+    bool heard = peerBye_ || peerAbort_ != 0 || ctlLost_;
     while (!heard) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;

@@ -110,6 +110,7 @@ class Endpoint {
   // The verbs objects, for diagnostics and for tests that inject faults into them.
   ibv_cq* cq(int rail = 0) const { return rails_[size_t(rail)].cq; }
   const std::vector<ibv_qp*>& qps() const { return qps_; }
+  uint32_t deadRails() const { return deadRails_; }  // a bit per rail given up
 
  private:
   Status progress();
@@ -130,23 +131,36 @@ class Endpoint {
   Result<IbRequest*> stageRecv(void* data, size_t size, int tag, MemHandle* mh);
   // Receiver: writes the staged grants, each behind its offer when it has one, in one post.
   Status flushGrants();
-  // Receiver: a plain RDMA write of slot's staged grant (kind kCts) or offer (kOffer) into
-  // the same entry of the sender's Region, on the first queue pair.
-  void prepareEntryWrite(int kind, int slot, ibv_sge* sge, ibv_send_wr* wr) const;
+  // Receiver: a plain RDMA write of slot's staged grant (kind kCts or kRegrant) or offer
+  // (kOffer) into the same entry of the sender's Region, on queue pair q.
+  void prepareEntryWrite(int kind, int slot, int q, ibv_sge* sge, ibv_send_wr* wr) const;
+  // The queue pair that carries grants, offers and rail news (ib_wire.h): the first of the
+  // first rail not given up.
+  int ctlQp() const;
   std::string railPath(int rail, int peerRail) const;
   // Writes part `part` of request `r` (data, then its record) on queue pair `q`.
   Status postPart(IbRequest& r, int part, size_t off, int q);
-  // Rail failover (ib_wire.h). Whether the connection can live on without `rail`.
-  bool canLoseRail(int rail) const { return nrails_ > 1 && rail != 0; }
+  // Rail failover (ib_wire.h). Whether the connection can live on without `rail`: another
+  // rail lives, and both ends have the same rails (rail i is the peer's rail i).
+  bool canLoseRail(int rail) const;
   // This end saw `rail` fail (why): stops using it and tells the peer (the receiver: with
   // its RailState).
   Status loseRail(int rail, const std::string& why);
-  Status killRailQps(uint32_t mask);
+  // Stops the rails in mask (their queue pairs to the error state); a receiver whose
+  // control queue pair was among them writes its entries again on the next one.
+  Status stopRails(uint32_t mask);
+  Status regrant();
+  Status sendRailDown();  // sender: the rails it gave up, on a live queue pair
   Status sendRailState();
-  // Sender: the receiver's RailState for the rails in `mask`.
-  Status railStateArrived(uint32_t mask, const RailState& st);
+  // The peer's rail news arrived (the immediate of a write on queue pair q).
+  Status railNews(uint32_t imm);
+  // Sender: the receiver's RailState.
+  Status railStateArrived(const RailState& st);
   Status peerLostRails(uint32_t mask);  // the peer gave these up: stop them here too
   Status resendLostParts(const RailState& st);
+  // The TCP control connection failed while queue pairs live: a zero-length write on each
+  // live queue pair checks that the peer is still there.
+  Status controlLost(int err);
   bool railDead(int rail) const { return (deadRails_ >> rail & 1) != 0; }
   std::string linkProblem(int* rail) const;
 
@@ -165,6 +179,7 @@ class Endpoint {
   int wakeFd_ = -1;              // an eventfd, ready while completions are pending
   bool wakeSet_ = false;
   bool ctlClosed_ = false;       // the peer's end of the control socket is closed
+  bool ctlLost_ = false;         // the control socket's path failed; the queue pairs live on
 
   Region* region_ = nullptr;
   std::vector<ibv_qp*> qps_;
@@ -172,6 +187,7 @@ class Endpoint {
   uint32_t deadRails_ = 0;      // a bit per rail that failed
   uint32_t settledRails_ = 0;   // sender: failed rails whose RailState came; receiver: reported
   bool stateOwed_ = false;      // receiver: a RailState to send at the end of progress()
+  int reportsSent_ = 0;         // receiver: RailStates written (each into its own entry)
   uint64_t qpBytes_[kMaxQps] = {};  // sender: bytes posted on each queue pair
   Meta peer_{};
   uint64_t probeValue_ = 0;
@@ -181,6 +197,8 @@ class Endpoint {
   uint64_t posted_ = 0;   // requests started
   uint64_t granted_ = 0;  // receiver: requests whose grant was posted (flushGrants)
   uint64_t offersBusy_ = 0;    // receiver: a bit per slot whose staged offer is still being written
+  uint64_t grantsBusy_ = 0;    // receiver: a bit per slot whose grant is being written again (regrant)
+  uint8_t entryRail_[2][kSlots] = {};  // receiver: the rail of the busy [grant, offer] write
   uint64_t offersOwed_ = 0;    // receiver: a bit per slot whose offer waits to go in front of its grant
   uint64_t offersTaken_ = 0;   // receiver: messages the sender wrote to the place offered
   uint64_t offersCopied_ = 0;  // receiver: messages copied there because the offer came late

@@ -10,16 +10,18 @@
 // protection domain and keys):
 //  - The receiver grants a credit by RDMA-writing a CtsEntry {address, size, a remote key
 //    per rail, tag, idx} into fifo[seq % kSlots] of the sender's Region: one posted
-//    receive, one credit.
+//    receive, one credit. Grants, offers and the receiver's rail news travel on the
+//    control queue pair: the first queue pair of the first rail not given up (queue pair
+//    r is on rail r for r < nrails).
 //    The write carries immediate data, so that it consumes one of the zero-length
-//    receives the sender keeps posted on its first queue pair and a sender asleep
-//    waiting for a credit gets a completion event.
+//    receives the sender keeps posted on the first queue pair of every rail and a sender
+//    asleep waiting for a credit gets a completion event.
 //    The sender sends message `seq` only once that entry's idx reads seq + 1, so it never
 //    writes into a buffer it has not been granted.
 //  - The receiver may also offer a second place for a message, where it lands only if it
 //    has exactly the offered size (Net::retargetRecv: the executor's output instead of a
 //    ring slot): a CtsEntry in offers[seq % kSlots] of the sender's Region, written on
-//    the first queue pair before the grant when the offer is known in time, so that a
+//    the control queue pair before the grant when the offer is known in time, so that a
 //    sender that sees the grant sees the offer too. The sender decides once per message,
 //    when it starts it, and says in every record of the message which place it wrote
 //    (kRecordRetargeted). An offer that comes after the sender started (it read the
@@ -31,14 +33,20 @@
 //    the completion that write generates (it consumes one posted zero-length receive; the
 //    immediate names the slot and the part), and RC ordering on one queue pair guarantees
 //    the part's data is in place by then. No flag travels on another path than its data.
-//  - A rail other than rail 0 (which carries the credits) may fail while the connection
-//    lives on (ib_conn.cc): the end that sees it first says so over the control socket
-//    (kRailDown); the receiver moves its queue pairs on that rail to the error state, so
-//    nothing more lands from them, takes the records that did land, and answers with a
-//    RailState: what it retired and which parts of each message in flight it has. The
-//    sender writes the parts it lacks again on the live queue pairs (the data goes to the
-//    same place, so a part written twice is harmless) and uses only live queue pairs from
-//    then on. A part may therefore arrive on any queue pair.
+//  - Any rail may fail while another lives on, when both ends have the same rails
+//    (ib_conn.cc). The news goes over a live queue pair, not the TCP control socket,
+//    which may run over the failed rail's network: the end that sees it first stops the
+//    rail's queue pairs (in the error state nothing more lands from them) and, if it is
+//    the sender, says so with a zero-length RDMA_WRITE_WITH_IMM whose immediate is
+//    railDownImm(rails). The receiver stops the same rails, takes the records that did
+//    land, and writes a RailState into railStates[k] of the sender's Region (k: its k-th
+//    report), with immediate railStateImm(k): what it retired and which parts of each
+//    message in flight it has. The sender writes the parts it lacks again on the live
+//    queue pairs (the data goes to the same place, so a part written twice is harmless)
+//    and uses only live queue pairs from then on. A part may therefore arrive on any
+//    queue pair. When the control queue pair's rail fails, the receiver writes its
+//    grants and offers not yet retired again on the next one: an entry written twice
+//    holds the same bytes, and the sender reads an entry only when it starts the message.
 // All integers are little-endian (the only byte order snccl builds for).
 #pragma once
 
@@ -77,10 +85,21 @@ struct DoneRecord {
 };
 static_assert(sizeof(DoneRecord) == 32);
 
+// What the receiver reports when rails fail: its requests when the failed rails' queue
+// pairs stopped taking writes.
+struct RailState {
+  uint32_t rails;  // a bit per rail given up, all of them so far
+  uint32_t reserved;
+  uint64_t retired;            // messages the receiver has completed
+  uint64_t seq[kSlots];        // the message each slot's live receive is for (UINT64_MAX: none)
+  uint32_t partsSeen[kSlots];  // a bit per part of it whose record arrived
+};
+
 struct alignas(4096) Region {
   CtsEntry fifo[kSlots];                 // sender: grants written by the receiver; receiver: staging
   CtsEntry offers[kSlots];               // sender: offers written by the receiver; receiver: staging
   DoneRecord records[kSlots][kMaxQps];   // [slot][part]; receiver: written by the sender; sender: staging
+  RailState railStates[kMaxRails - 1];   // sender: the receiver's reports; receiver: staging
   uint64_t probeIn;                      // the peer's probe write lands here
   uint64_t probeOut;                     // the source of this end's probe write
 };
@@ -95,9 +114,16 @@ inline uint32_t packImm(uint64_t seq, int part = 0) {
 inline int immSlot(uint32_t imm) { return int(imm & 0xff); }
 inline int immPart(uint32_t imm) { return int((imm >> 8) & 0xff); }
 inline uint16_t immSeq16(uint32_t imm) { return uint16_t(imm >> 16); }
+// Rail news (the failover above) uses a slot no request has; the part field says which.
+constexpr int kNewsSlot = 0xff;
+constexpr int kNewsRailDown = 1;   // sender to receiver: the rails in the upper bits failed
+constexpr int kNewsRailState = 2;  // receiver to sender: railStates[upper bits] is written
+static_assert(kSlots < kNewsSlot);
+inline uint32_t railDownImm(uint32_t rails) { return uint32_t(kNewsSlot) | uint32_t(kNewsRailDown) << 8 | rails << 16; }
+inline uint32_t railStateImm(int k) { return uint32_t(kNewsSlot) | uint32_t(kNewsRailState) << 8 | uint32_t(k) << 16; }
 
 constexpr uint32_t kMetaMagic = 0x736e4962;  // "sNIb"
-constexpr uint16_t kMetaVersion = 4;
+constexpr uint16_t kMetaVersion = 5;
 
 // One rail (local port) of an end, as the peer needs it to reach it.
 struct RailMeta {
@@ -160,25 +186,12 @@ std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqp
                           const DoneRecord* first, uint32_t partsSeen);
 
 // Control-socket frames after setup.
-enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3, kRailDown = 4, kRailState = 5 };
+enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3 };
 struct CtlFrame {
   uint32_t type;  // Ctl
-  uint32_t code;  // kAbort: the abort code (net.h closeSend); kRailDown, kRailState: a bit per failed rail
+  uint32_t code;  // kAbort: the abort code (net.h closeSend)
 };
 static_assert(sizeof(CtlFrame) == 8);
-
-// What follows a kRailState frame: the receiver's requests when the failed rails' queue
-// pairs stopped taking writes.
-struct RailState {
-  uint64_t retired;           // messages the receiver has completed
-  uint64_t seq[kSlots];       // the message each slot's live receive is for (UINT64_MAX: none)
-  uint32_t partsSeen[kSlots]; // a bit per part of it whose record arrived
-};
-// The kRailState frame as it travels: the frame, then the state.
-struct RailStateFrame {
-  CtlFrame head;
-  RailState state;
-};
 
 // The listen handle: the TCP control socket's handle (socket net layout) behind this head.
 constexpr uint32_t kHandleMagic = 0x736e4968;  // "sNIh"
