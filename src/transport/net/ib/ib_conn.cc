@@ -151,8 +151,9 @@ Status Endpoint::createResources(int nqps) {
   // a CQ has news; without them the comm is polled on a timer.
   if (v_->createCompChannel != nullptr) wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   // Outstanding completions: receiver 2 x kSlots credit writes + kSlots offers + kSlots x
-  // nqps records; sender kSlots x nqps record writes + 2 x kSlots + 8 credit receives; probes.
-  const int cqe = kSlots * (nqps + 3) + 2 * nqps + 40;
+  // nqps records, and after its control rail failed kSlots grants and kSlots offers written
+  // again; sender kSlots x nqps record writes + 2 x kSlots + 8 credit receives; probes.
+  const int cqe = kSlots * (nqps + 5) + 2 * nqps + 40;
   rates_ = QpRates(nqps);
   for (int i = 0; i < nrails_; ++i) {
     Rail& r = rails_[size_t(i)];
@@ -168,7 +169,9 @@ Status Endpoint::createResources(int nqps) {
     ia.send_cq = r.cq;
     ia.recv_cq = r.cq;
     ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = 3 * kSlots + 8;  // receiver's first: 2 x kSlots grants + kSlots offers
+    // The receiver's control queue pair: 2 x kSlots grants + kSlots offers, and 2 x kSlots
+    // more after a rail failed (regrant: the grants of the messages in flight, their offers).
+    ia.cap.max_send_wr = 5 * kSlots + 8;
     ia.cap.max_recv_wr = 2 * kSlots + 8;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
@@ -185,10 +188,13 @@ Status Endpoint::createResources(int nqps) {
     if (int rc = v_->modifyQp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
       return ErrnoError(rc, "NET/IB: %s: QP 0x%x to INIT failed", r.port->label().c_str(), qp->qp_num);
   }
-  // The receiver keeps kSlots zero-length receives posted on every queue pair: each
-  // record write of a part consumes one, and at most kSlots requests are in flight.
+  // The receiver keeps 2 x kSlots zero-length receives posted on every queue pair: each
+  // record write of a part consumes one, and at most kSlots requests are in flight, each
+  // with one part per queue pair, or two on a queue pair that took the parts of a failed
+  // rail's (2 rails; with more, a queue pair may briefly take more records than it has
+  // receives, and the sender's NIC retries them: rnr_retry 7).
   if (!sender_)
-    for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, kSlots));
+    for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, 2 * kSlots));
   // The sender's first queue pair of each rail may be the control queue pair (ib_wire.h),
   // which takes the credit writes (RDMA_WRITE_WITH_IMM, so that a sender asleep waiting
   // for a credit gets a completion event). Up to 2 x kSlots can be in flight between two
@@ -294,7 +300,7 @@ Status Endpoint::connectQps(const Meta& peer) {
     r.qp_state = IBV_QPS_RTS;
     r.timeout = uint8_t(params_.qp.timeout);
     r.retry_cnt = uint8_t(params_.qp.retryCnt);
-    r.rnr_retry = 7;  // no RNR by design (a part is written only into a granted receive); 7 = retry forever
+    r.rnr_retry = 7;  // no RNR but after a rail failed (createResources); 7 = retry forever
     r.sq_psn = 0;
     r.max_rd_atomic = 1;
     if (int rc = v_->modifyQp(qps_[q], &r,
@@ -684,6 +690,7 @@ Status Endpoint::sendRailState() {
   RailState& st = region_->railStates[k];
   st.rails = deadRails_;
   st.retired = retired_;
+  st.posted = posted_;
   for (int slot = 0; slot < kSlots; ++slot) {
     const IbRequest& r = reqs_[slot];
     st.seq[slot] = r.live ? r.seq : UINT64_MAX;
@@ -762,13 +769,17 @@ Status Endpoint::resendLostParts(const RailState& st) {
     if (!r.live || r.complete) continue;
     const int slot = int(seq % kSlots);
     const bool retired = seq < st.retired;  // the receiver has all of it
-    if (!retired && st.seq[slot] != seq)
+    // A message granted after the report (its grant came on a live queue pair, and the
+    // sender took it before the report): none of it had arrived.
+    const bool later = seq >= st.posted;
+    if (!retired && !later && st.seq[slot] != seq)
       return fail(InternalError("NET/IB: %s: after a rail failed, the peer has no receive for message %llu in flight",
                                 what_.c_str(), static_cast<unsigned long long>(seq)));
+    const uint32_t seen = later ? 0 : st.partsSeen[slot];
     size_t off = 0;
     for (int part = 0; part < r.nparts; off += r.partLen[part], ++part) {
       if ((r.doneMask >> part & 1) != 0) continue;
-      if (retired || (st.partsSeen[slot] >> part & 1) != 0) {
+      if (retired || (seen >> part & 1) != 0) {
         r.doneMask |= uint32_t(1) << part;
         ++r.partsDone;
       } else if (railDead(qpRail(r.partQp[part], nrails_))) {
@@ -864,9 +875,16 @@ Result<IbRequest*> Endpoint::isend(void* data, size_t size, int tag, uint32_t im
   const int slot = int(seq % kSlots);
   const CtsEntry* e = &region_->fifo[slot];
   if (__atomic_load_n(&e->idx, __ATOMIC_ACQUIRE) != seq + 1) {
-    SNCCL_TRY(progress());  // no credit yet: look for failures meanwhile
-    return nullptr;
+    // No credit yet: look for failures meanwhile. That progress() (or the caller's next
+    // test()) may take the credit's completion event while the credit lands: look again
+    // now, and have armWait() look before the caller sleeps.
+    SNCCL_TRY(progress());
+    if (__atomic_load_n(&e->idx, __ATOMIC_ACQUIRE) != seq + 1) {
+      creditWanted_ = true;
+      return nullptr;
+    }
   }
+  creditWanted_ = false;
   const uint64_t cap = e->size;
   const int32_t ctsTag = e->tag;
   if (ctsTag != tag)
@@ -985,9 +1003,10 @@ Result<IbRequest*> Endpoint::stageRecv(void* data, size_t size, int tag, MemHand
   if (!failed_.ok()) return failed_;
   const uint64_t seq = posted_;
   const int slot = int(seq % kSlots);
-  if (seq - retired_ >= uint64_t(kSlots) || (grantsBusy_ >> slot & 1) != 0) {
-    if ((grantsBusy_ >> slot & 1) != 0) SNCCL_TRY(progress());  // its completion frees the slot
-    return nullptr;
+  if (seq - retired_ >= uint64_t(kSlots)) return nullptr;
+  if ((grantsBusy_ >> slot & 1) != 0) {
+    SNCCL_TRY(progress());  // the rewritten grant's completion frees the slot
+    if ((grantsBusy_ >> slot & 1) != 0) return nullptr;
   }
   auto* h = static_cast<IbMemHandle*>(mh);
   const auto p = reinterpret_cast<uintptr_t>(data);
@@ -1136,7 +1155,11 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
     for (int k = 0; k < n; ++k) pendingRail_[npending_ + k] = i;
     npending_ += n;
   }
-  if (npending_ > 0) {
+  // A credit a send waits for that landed after its completion was taken by progress():
+  // no event will come for it.
+  const bool credit = sender_ && creditWanted_ && posted_ - retired_ < uint64_t(kSlots) &&
+                      __atomic_load_n(&region_->fifo[posted_ % kSlots].idx, __ATOMIC_ACQUIRE) == posted_ + 1;
+  if (npending_ > 0 || credit) {
     // Work is already here: a descriptor that is ready now, so the caller does not sleep
     // (a "cannot tell" answer would cost it a timer tick).
     uint64_t one = 1;

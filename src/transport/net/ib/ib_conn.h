@@ -180,6 +180,7 @@ class Endpoint {
   bool wakeSet_ = false;
   bool ctlClosed_ = false;       // the peer's end of the control socket is closed
   bool ctlLost_ = false;         // the control socket's path failed; the queue pairs live on
+  bool creditWanted_ = false;    // sender: isend found no credit for message posted_
 
   Region* region_ = nullptr;
   std::vector<ibv_qp*> qps_;

@@ -91,6 +91,7 @@ struct RailState {
   uint32_t rails;  // a bit per rail given up, all of them so far
   uint32_t reserved;
   uint64_t retired;            // messages the receiver has completed
+  uint64_t posted;             // receives it had posted (and granted) then
   uint64_t seq[kSlots];        // the message each slot's live receive is for (UINT64_MAX: none)
   uint32_t partsSeen[kSlots];  // a bit per part of it whose record arrived
 };
