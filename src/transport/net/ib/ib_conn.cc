@@ -33,7 +33,7 @@ enum Kind : uint64_t {
   kOffer = 6,
   kRegrant = 7,  // a grant written again after the control queue pair's rail failed
   kNews = 8,     // rail news (ib_wire.h)
-  kPing = 9,     // a zero-length write that checks the peer after the control socket failed
+  kPing = 9,     // a probe write that checks the peer after the control socket failed
 };
 
 uint64_t wrId(Kind k, int slot, int part) { return (uint64_t(k) << 56) | (uint64_t(slot) << 16) | uint64_t(part); }
@@ -188,13 +188,13 @@ Status Endpoint::createResources(int nqps) {
     if (int rc = v_->modifyQp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
       return ErrnoError(rc, "NET/IB: %s: QP 0x%x to INIT failed", r.port->label().c_str(), qp->qp_num);
   }
-  // The receiver keeps 2 x kSlots zero-length receives posted on every queue pair: each
+  // The receiver keeps kSlots zero-length receives posted on every queue pair: each
   // record write of a part consumes one, and at most kSlots requests are in flight, each
-  // with one part per queue pair, or two on a queue pair that took the parts of a failed
-  // rail's (2 rails; with more, a queue pair may briefly take more records than it has
-  // receives, and the sender's NIC retries them: rnr_retry 7).
+  // with one part per queue pair. A queue pair that took the parts of a failed rail may
+  // get more records than that for a moment; the sender's NIC then retries them
+  // (rnr_retry 7).
   if (!sender_)
-    for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, 2 * kSlots));
+    for (int q = 0; q < nqps; ++q) SNCCL_TRY(postRecvs(q, kSlots));
   // The sender's first queue pair of each rail may be the control queue pair (ib_wire.h),
   // which takes the credit writes (RDMA_WRITE_WITH_IMM, so that a sender asleep waiting
   // for a credit gets a completion event). Up to 2 x kSlots can be in flight between two
@@ -311,22 +311,26 @@ Status Endpoint::connectQps(const Meta& peer) {
   return OkStatus();
 }
 
+int Endpoint::postProbeWrite(int q, int kind, const uint32_t* imm) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(&region_->probeOut), sizeof(uint64_t), railOf(q).regionMr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wrId(Kind(kind), 0, q);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = imm != nullptr ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (imm != nullptr) wr.imm_data = htonl(*imm);
+  wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, probeIn);
+  wr.wr.rdma.rkey = peerRailOf(q).regionRkey;
+  ibv_send_wr* bad = nullptr;
+  return v_->postSend(qps_[size_t(q)], &wr, &bad);
+}
+
 Status Endpoint::postProbes() {
   region_->probeOut = probeValue_;
-  for (size_t q = 0; q < qps_.size(); ++q) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(&region_->probeOut), sizeof(uint64_t), railOf(int(q)).regionMr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wrId(kProbe, 0, int(q));
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, probeIn);
-    wr.wr.rdma.rkey = peerRailOf(int(q)).regionRkey;
-    ibv_send_wr* bad = nullptr;
-    if (int rc = v_->postSend(qps_[q], &wr, &bad))
+  for (size_t q = 0; q < qps_.size(); ++q)
+    if (int rc = postProbeWrite(int(q), kProbe, nullptr))
       return ErrnoError(rc, "NET/IB: posting the probe write on %s failed", pathDescription().c_str());
-  }
   return OkStatus();
 }
 
@@ -457,10 +461,13 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
       DoneRecord rec;
       std::memcpy(&rec, &region_->records[slot][part], sizeof rec);
       if (!r.live || r.complete || immSeq16(imm) != uint16_t(r.seq & 0xffff) || rec.seq != r.seq)
-        return fail(InternalError("NET/IB: %s: a receive completion (QP 0x%x, imm 0x%x, record of message %llu) "
-                                  "matches no posted receive (slot %d %s, message %llu)",
-                                  what_.c_str(), wc.qp_num, imm, static_cast<unsigned long long>(rec.seq), slot,
-                                  r.live ? "in flight" : "free", static_cast<unsigned long long>(r.seq)));
+        return fail(InternalError(
+            "NET/IB: %s: a receive completion (QP 0x%x, imm 0x%x, record of message %llu) "
+            "matches no posted receive (slot %d %s, message %llu, %d of %d parts seen as 0x%x; "
+            "rail %d, queue pair %d, %llu retired, %llu posted, rails 0x%x given up)",
+            what_.c_str(), wc.qp_num, imm, static_cast<unsigned long long>(rec.seq), slot,
+            r.live ? "in flight" : "free", static_cast<unsigned long long>(r.seq), r.partsDone, r.nparts, r.partsSeen,
+            rail, q, static_cast<unsigned long long>(retired_), static_cast<unsigned long long>(posted_), deadRails_));
       const std::string problem =
           recordProblem(rec, r.seq, part, int(qps_.size()), r.size, r.offer != nullptr ? r.offerBytes : kNoOffer,
                         r.partsDone > 0 ? &r.first : nullptr, r.partsSeen);
@@ -660,18 +667,11 @@ Status Endpoint::regrant() {
 }
 
 Status Endpoint::sendRailDown() {
-  // A zero-length write whose immediate carries the news; the receiver keeps receives
-  // posted on every queue pair.
+  // The immediate carries the news; the receiver keeps receives posted on every queue
+  // pair.
   const int q = ctlQp();
-  ibv_send_wr wr{};
-  wr.wr_id = wrId(kNews, 0, q);
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.imm_data = htonl(railDownImm(deadRails_));
-  wr.wr.rdma.remote_addr = peer_.regionAddr;
-  wr.wr.rdma.rkey = peerRailOf(q).regionRkey;
-  ibv_send_wr* bad = nullptr;
-  if (int rc = v_->postSend(qps_[size_t(q)], &wr, &bad))
+  const uint32_t imm = railDownImm(deadRails_);
+  if (int rc = postProbeWrite(q, kNews, &imm))
     return fail(ErrnoError(rc, "NET/IB: %s: a rail failed, and the peer cannot be told: ibv_post_send on QP 0x%x",
                            what_.c_str(), qps_[size_t(q)]->qp_num));
   return OkStatus();
@@ -843,8 +843,8 @@ Status Endpoint::checkControl(bool force) {
 
 Status Endpoint::controlLost(int err) {
   // The queue pairs may well run over another network than the TCP socket (or over
-  // rails that live on). A zero-length write on each live one tells whether the peer is
-  // still there: if not, it fails with the retry error, naming the path.
+  // rails that live on). A probe write on each live one tells whether the peer is still
+  // there: if not, it fails with the retry error, naming the path.
   ctlLost_ = true;
   SN_WARN(
       "NET/IB : %s: the control connection to the peer failed (%s); the connection goes on over its queue "
@@ -854,14 +854,7 @@ Status Endpoint::controlLost(int err) {
   const int nlive = liveQps(live);
   for (int i = 0; i < nlive; ++i) {
     const int q = live[i];
-    ibv_send_wr wr{};
-    wr.wr_id = wrId(kPing, 0, q);
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = peer_.regionAddr + offsetof(Region, probeIn);
-    wr.wr.rdma.rkey = peerRailOf(q).regionRkey;
-    ibv_send_wr* bad = nullptr;
-    if (int rc = v_->postSend(qps_[size_t(q)], &wr, &bad))
+    if (int rc = postProbeWrite(q, kPing, nullptr))
       return fail(
           ErrnoError(rc, "NET/IB: %s: ibv_post_send (ping) on QP 0x%x failed", what_.c_str(), qps_[size_t(q)]->qp_num));
   }

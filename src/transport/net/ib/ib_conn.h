@@ -76,6 +76,10 @@ class Endpoint {
   Meta localMeta() const;
   Status connectQps(const Meta& peer);
   Status postProbes();
+  // An 8-byte signaled RDMA write of this end's probeOut into the peer's probeIn on queue
+  // pair q (with immediate data when imm is given): the setup probe, a ping, rail news.
+  // probeIn means something only during setup. Returns ibv_post_send's errno, 0 when posted.
+  int postProbeWrite(int q, int kind, const uint32_t* imm);
   // True once this end's probe writes completed and the peer's arrived.
   Result<bool> probeDone();
   std::string pathDescription() const;  // both ends' devices, GIDs and hosts
@@ -158,8 +162,8 @@ class Endpoint {
   Status railStateArrived(const RailState& st);
   Status peerLostRails(uint32_t mask);  // the peer gave these up: stop them here too
   Status resendLostParts(const RailState& st);
-  // The TCP control connection failed while queue pairs live: a zero-length write on each
-  // live queue pair checks that the peer is still there.
+  // The TCP control connection failed while queue pairs live: a probe write on each live
+  // queue pair checks that the peer is still there.
   Status controlLost(int err);
   bool railDead(int rail) const { return (deadRails_ >> rail & 1) != 0; }
   std::string linkProblem(int* rail) const;

@@ -37,7 +37,7 @@
 //    (ib_conn.cc). The news goes over a live queue pair, not the TCP control socket,
 //    which may run over the failed rail's network: the end that sees it first stops the
 //    rail's queue pairs (in the error state nothing more lands from them) and, if it is
-//    the sender, says so with a zero-length RDMA_WRITE_WITH_IMM whose immediate is
+//    the sender, says so with a small RDMA_WRITE_WITH_IMM (into probeIn) whose immediate is
 //    railDownImm(rails). The receiver stops the same rails, takes the records that did
 //    land, and writes a RailState into railStates[k] of the sender's Region (k: its k-th
 //    report), with immediate railStateImm(k): what it retired and which parts of each
