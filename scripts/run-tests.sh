@@ -49,7 +49,7 @@ rdma_log=$(mktemp)
 trap 'rm -f "$rdma_log"' EXIT
 ctest --test-dir "$ROOT/build" --output-on-failure -L rdma -LE known_failure | tee "$rdma_log" || fail=1
 # Tests of a known, documented failure that is not fixed yet: named here, not run.
-ctest --test-dir "$ROOT/build" -N -L known_failure | awk '$1 == "Test" {print "NOT RUN (label known_failure): " $3}' || true
+ctest --test-dir "$ROOT/build" -N -L known_failure | awk '$1 == "Test" && $2 ~ /^#/ {print "NOT RUN (label known_failure): " $3}' || true
 # ctest hides a skipped test's output: show why (rxe_vm.sh's "RXE-VM SKIP:" lines)
 grep -h '^RXE-VM SKIP' "$ROOT/build/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true
 
