@@ -339,6 +339,31 @@ TEST(IbFake, ACompletionForNoRequestFailsTheComm) {
     EXPECT_TRUE(contains(s.message(), "matches no request in flight")) << s.message();
     (void)rr;
   }
+  {
+    // A second completion for a message that already arrived (Soft-RoCE delivers a write
+    // twice after some retransmissions): the device's fault, named as such.
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(f.open());
+    net::Request* rr = f.postRecv();
+    net::Request* sr = f.postSend();
+    ASSERT_NE(sr, nullptr);
+    ASSERT_TRUE(f.waitBoth(sr, rr).ok());
+    ibv_wc wc{};
+    wc.status = IBV_WC_SUCCESS;
+    wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+    wc.wc_flags = IBV_WC_WITH_IMM;
+    wc.qp_num = f.recvEp()->qps()[0]->qp_num;
+    wc.wr_id = uint64_t(4) << 56;
+    wc.imm_data = htonl(ib::packImm(0));  // message 0, part 0: retired above
+    f.fabric.injectCompletion(f.recvEp()->cq(), wc);
+    rr = f.postRecv();
+    bool done = false;
+    Status s = f.wait(rr, &done);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(contains(s.message(), "part 0 of message 0 arrived a second time")) << s.message();
+    EXPECT_TRUE(contains(s.message(), "delivered a write twice")) << s.message();
+    EXPECT_EQ(s.code(), ncclSystemError);
+  }
 }
 
 // Asynchronous events reach the connections they concern through the device's event

@@ -186,6 +186,14 @@ constexpr size_t kNoOffer = SIZE_MAX;
 std::string recordProblem(const DoneRecord& rec, uint64_t seq, int part, int nqps, size_t posted, size_t offered,
                           const DoneRecord* first, uint32_t partsSeen);
 
+// What a receive completion for a part that already arrived means. Reliable connections
+// deliver each write once; Soft-RoCE (rdma_rxe, at least in Linux 6.1) sometimes delivers
+// a write with immediate twice after it retransmits, which tests/rdma/verbs_once.cc shows
+// with plain libibverbs. The connection fails rather than trust a device that does.
+inline constexpr const char* kDeliveredTwice =
+    "the RDMA device delivered a write twice, which a reliable connection never does (Soft-RoCE does when it "
+    "retransmits: a longer NCCL_IB_TIMEOUT makes that rarer)";
+
 // Control-socket frames after setup.
 enum class Ctl : uint32_t { kReady = 1, kBye = 2, kAbort = 3 };
 struct CtlFrame {
