@@ -182,6 +182,7 @@ TEST(TopoLimits, ManySwitchesAreRefusedOrLoadInBoundedMemory) {
   std::string p = writeTemp("sw20k.xml", switches(20000));
   std::string verdict = loadBounded(p, kMemCap);
   EXPECT_NE(verdict.find("more than the 8192"), std::string::npos) << verdict;
+  std::remove(p.c_str());
   p = writeTemp("sw8k.xml", switches(static_cast<int>(kMaxNodes) - 1));
   EXPECT_EQ(loadBounded(p, kMemCap), "ok");
   std::remove(p.c_str());
@@ -191,6 +192,7 @@ TEST(TopoLimits, TooManyGpusAreRefusedAndAFullNvlinkRingLoads) {
   std::string p = writeTemp("nv2k.xml", nvlinkRing(2000));
   std::string verdict = loadBounded(p, kMemCap);
   EXPECT_NE(verdict.find("2000 GPUs, more than the 512"), std::string::npos) << verdict;
+  std::remove(p.c_str());
   p = writeTemp("nv512.xml", nvlinkRing(static_cast<int>(kMaxGpus)));
   EXPECT_EQ(loadBounded(p, kMemCap), "ok");
   std::remove(p.c_str());
