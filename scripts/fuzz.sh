@@ -52,7 +52,7 @@ fuzz_one() {
 fail=0
 batch=()
 run_batch() {
-  local name pids=()
+  local name i pids=()
   for name in "${batch[@]}"; do
     fuzz_one "$name" "$ROOT/fuzz/corpus/$name/" >"$ROOT/build-fuzz/corpus/$name.report" 2>&1 &
     pids+=($!)

@@ -462,13 +462,13 @@ Status Endpoint::handleCompletion(int rail, const ibv_wc& wc) {
       std::memcpy(&rec, &region_->records[slot][part], sizeof rec);
       // A part of a message whose record already arrived (the slot still holds it): the
       // device delivered the write twice. No sender posts a part twice on a live rail.
-      const bool same = immSeq16(imm) == uint16_t(r.seq & 0xffff) && rec.seq == r.seq && rec.part == part;
-      if (same && r.partsDone > 0 && (r.partsSeen >> part & 1) != 0)
+      const bool ofSlot = immSeq16(imm) == uint16_t(r.seq & 0xffff) && rec.seq == r.seq;
+      if (ofSlot && rec.part == part && r.partsDone > 0 && (r.partsSeen >> part & 1) != 0)
         return fail(
             SystemError("NET/IB: %s: part %d of message %llu arrived a second time on QP 0x%x (%s, rail %d); %s",
                         what_.c_str(), part, static_cast<unsigned long long>(r.seq), wc.qp_num,
                         r.live ? "in flight" : "already retired", rail, kDeliveredTwice));
-      if (!r.live || r.complete || immSeq16(imm) != uint16_t(r.seq & 0xffff) || rec.seq != r.seq)
+      if (!r.live || r.complete || !ofSlot)
         return fail(InternalError(
             "NET/IB: %s: a receive completion (QP 0x%x, imm 0x%x, record of message %llu) "
             "matches no posted receive (slot %d %s, message %llu, %d of %d parts seen as 0x%x; "
