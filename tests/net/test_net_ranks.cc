@@ -401,6 +401,29 @@ TEST(NetRanks, ManyStreamsPerConnectionWork) {
   }
 }
 
+// Adaptive routing over several sockets of one rail: every socket is a path. Unset,
+// SNCCL_SOCKET_CHUNKSIZE gives 128 KiB chunks to a connection of two paths and 32 KiB to
+// one of more (socket_net.cc, defaultChunkBytes); a value given is used as it is. Every
+// size arrives whole either way.
+TEST(NetRanks, AdaptiveChunkSizeFollowsThePathCount) {
+  struct Case {
+    const char* nsocks;
+    const char* chunk;  // nullptr: unset
+    const char* expect;
+  };
+  for (const Case& k : std::vector<Case>{{"2", nullptr, "131072"}, {"4", nullptr, "32768"}, {"4", "65536", "65536"}}) {
+    SCOPED_TRACE(std::string(k.nsocks) + " paths, SNCCL_SOCKET_CHUNKSIZE=" + (k.chunk ? k.chunk : "(unset)"));
+    Cluster c = loopback(2, 1);
+    c.env.push_back({"SNCCL_ROUTING", "adaptive"});
+    c.env.push_back({"NCCL_NSOCKS_PERTHREAD", k.nsocks});
+    if (k.chunk != nullptr) c.env.push_back({"SNCCL_SOCKET_CHUNKSIZE", k.chunk});
+    const std::string all = runLogged(c, "NET", checkAll({1, 1031, 200003, size_t(3) << 20}));
+    const std::string want = std::string("adaptive routing in ") + k.expect + "-byte chunks";
+    EXPECT_NE(all.find(want), std::string::npos) << "no \"" << want << "\" in:\n" << all;
+    EXPECT_EQ(all.find("WARN"), std::string::npos) << all;
+  }
+}
+
 // A clean run ends without a warning. When a rank destroys its communicator its sends
 // say goodbye while the peer's receives for a next operation are still posted; those
 // used to fail with a WARN ("connection failed: ... the sender closed the connection").

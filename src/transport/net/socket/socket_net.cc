@@ -31,6 +31,16 @@ constexpr size_t kStageOffset = kSocketHandleBytes - 16;
 constexpr uint64_t kStageMagic = 0x73746167652d736bull;
 static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlaps the connect stage");
 
+// Adaptive routing's chunk size when SNCCL_SOCKET_CHUNKSIZE is 0. Requests complete in
+// order, so a message waits for its last chunk: with more than two paths, a 512 KiB slot
+// cut into 128 KiB chunks is one chunk per path, and a path a little behind holds up the
+// message; 32 KiB chunks let the others take up the slack. With two paths, chunks that
+// small let each direction of a bidirectional exchange settle on a rail of its own (a
+// path's acknowledgements wait behind the other direction's data and make it look slow),
+// and 128 KiB does best. Measured on tbf-shaped veth rails: docs/performance.md, "Several
+// rails".
+size_t defaultChunkBytes(int paths) { return paths > 2 ? size_t(32) << 10 : size_t(128) << 10; }
+
 // Either end of a connection: a Conn (static routing) or a MultipathConn (adaptive).
 class SocketEnd {
  public:
@@ -168,7 +178,11 @@ class SocketNet : public Net {
     SNCCL_ASSIGN_OR_RETURN(tuning_, socknet::socketTuningFromParams());
     SNCCL_ASSIGN_OR_RETURN(const Routing routing, routingFromParams());
     adaptive_ = routesAdaptively(routing, rails_.size());
-    mpConfig_.chunkBytes = size_t(params::getIntClamped(params::Id::SocketChunkSize, 4096, 16 << 20));
+    // 0 (the default): chosen per connection in listen(), from its number of paths.
+    if (params::getInt(params::Id::SocketChunkSize) != 0)
+      mpConfig_.chunkBytes = size_t(params::getIntClamped(params::Id::SocketChunkSize, 4096, 16 << 20));
+    else
+      mpConfig_.chunkBytes = 0;
     mpConfig_.stallMs = int(params::getIntClamped(params::Id::SocketPathTimeout, 100, 600000));
     std::string names;
     for (size_t k = 0; k < rails_.size(); ++k) {
@@ -205,10 +219,10 @@ class SocketNet : public Net {
     RailPlan plan;
     for (const sock::Interface& r : rails_) plan.rails.push_back(r.addr);
     plan.adaptive = adaptive_;
-    plan.chunkBytes = mpConfig_.chunkBytes;
     // Static: a control socket plus nstreams_ streams per rail. Adaptive: every socket is
     // a path, nstreams_ per rail (the handle counts the sockets after the first).
     const int perRail = nstreams_ * int(rails_.size());
+    plan.chunkBytes = mpConfig_.chunkBytes != 0 ? mpConfig_.chunkBytes : defaultChunkBytes(perRail);
     const int streams = std::min(adaptive_ ? perRail - 1 : perRail, sockwire::kMaxStreams);
     SNCCL_ASSIGN_OR_RETURN(auto l, SocketListen::create(bind, streams, tuning_, handle, plan));
     *out = l.release();
@@ -250,8 +264,8 @@ class SocketNet : public Net {
     const bool adaptive = l->plan().adaptive;
     MultipathConfig mp = mpConfig_;
     mp.chunkBytes = l->plan().chunkBytes;
-    SN_INFO(log::kNet, "NET/Socket : %s: accepted, %zu sockets, %s routing", what.c_str(), socks.size(),
-            adaptive ? "adaptive" : "static");
+    SN_INFO(log::kNet, "NET/Socket : %s: accepted, %zu sockets, %s routing%s", what.c_str(), socks.size(),
+            adaptive ? "adaptive" : "static", adaptive ? format(" in %zu-byte chunks", mp.chunkBytes).c_str() : "");
     *out = new SocketRecv(std::move(socks), what, adaptive ? &mp : nullptr, rails_);
     return OkStatus();
   }
