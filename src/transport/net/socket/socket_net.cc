@@ -33,12 +33,12 @@ static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlap
 
 // Adaptive routing's chunk size when SNCCL_SOCKET_CHUNKSIZE is 0. Requests complete in
 // order, so a message waits for its last chunk: with more than two paths, a 512 KiB slot
-// cut into 128 KiB chunks is one chunk per path, and a path a little behind holds up the
-// message; 32 KiB chunks let the others take up the slack. With two paths, chunks that
-// small let each direction of a bidirectional exchange settle on a rail of its own (a
-// path's acknowledgements wait behind the other direction's data and make it look slow),
-// and 128 KiB does best. Measured on tbf-shaped veth rails: docs/performance.md, "Several
-// rails".
+// (the default) cut into 128 KiB chunks is one chunk per path, and a path a little behind
+// holds up the message; 32 KiB chunks let the others take up the slack. With two paths,
+// chunks that small cost a bidirectional exchange about 40% (a path's acknowledgements
+// wait behind the other direction's data and make it look slower than it is; in some runs
+// each direction ends up on a rail of its own), and 128 KiB does best. Measured on
+// tbf-shaped veth rails: docs/performance.md, "Several rails".
 size_t defaultChunkBytes(int paths) { return paths > 2 ? size_t(32) << 10 : size_t(128) << 10; }
 
 // Either end of a connection: a Conn (static routing) or a MultipathConn (adaptive).
