@@ -11,18 +11,28 @@
 # minutes, half of it the build); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
 # each over its seeds and 20 s of fuzzing, two at a time (scripts/fuzz.sh; about 2 minutes;
 # SKIP without clang). Tests fork processes and spin: at most -j2.
-# A failed build or test does not stop the rest; the exit status reports any failure.
+# A failed build or test does not stop the rest; the exit status reports any failure. The
+# end lists how long each stage took.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
+stage_times=()
+stage_name="" stage_start=$SECONDS
+# Starts the next stage: prints its header and records how long the previous one took.
+stage() {
+  [[ -n $stage_name ]] && stage_times+=("$stage_name $((SECONDS - stage_start)) s")
+  stage_name=$1 stage_start=$SECONDS
+  echo "== $2"
+}
+stage deps "dependencies"
 install_deps
 fail=0
 
-echo "== release build and all tests but the rdma-labelled ones"
+stage release "release build and all tests but the rdma-labelled ones"
 configure build
 build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE rdma || fail=1
 
-echo "== the PyTorch backend against torch 2.x from PyPI: pip wheel in build-torch2/, its tests, the wheel installed"
+stage torch2 "the PyTorch backend against torch 2.x from PyPI: pip wheel in build-torch2/, its tests, the wheel installed"
 if venv=$(torch2_venv); then
   # the pip build (pyproject.toml) in a build directory of ours, with the tests configured
   "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps "$ROOT" -w "$ROOT/build-torch2/dist" \
@@ -44,7 +54,7 @@ else
   fail=1
 fi
 
-echo "== verbs over Soft-RoCE (QEMU): the rdma-labelled tests, one VM test at a time"
+stage rdma "verbs over Soft-RoCE (QEMU): the rdma-labelled tests, one VM test at a time"
 rdma_log=$(mktemp)
 trap 'rm -f "$rdma_log"' EXIT
 ctest --test-dir "$ROOT/build" --output-on-failure -L rdma -LE known_failure | tee "$rdma_log" || fail=1
@@ -53,7 +63,7 @@ ctest --test-dir "$ROOT/build" -N -L known_failure | awk '$1 == "Test" && $2 ~ /
 # ctest hides a skipped test's output: show why (rxe_vm.sh's "RXE-VM SKIP:" lines)
 grep -h '^RXE-VM SKIP' "$ROOT/build/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true
 
-echo "== ASan+UBSan build: unit, mr, mp and net tests"
+stage asan "ASan+UBSan build: unit, mr, mp and net tests"
 labels='^(unit|mr|mp|net)$'
 configure build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF
 mapfile -t targets < <(test_targets build-asan "$labels")
@@ -61,15 +71,17 @@ build build-asan "${targets[@]}" || fail=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L "$labels" || fail=1
 
-echo "== ThreadSanitizer build: the tests whose ranks are threads (label tsan)"
+stage tsan "ThreadSanitizer build: the tests whose ranks are threads (label tsan)"
 configure build-tsan -DSNCCL_TSAN=ON -DSNCCL_BUILD_BENCHMARKS=OFF -DSNCCL_WITH_TORCH=OFF
 build build-tsan test_smoke test_p2p test_group_timeout test_flight_recorder test_api test_collectives \
   test_device_streams || fail=1
 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L '^tsan$' || fail=1
 
-echo "== fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 20 s each"
+stage fuzz "fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 20 s each"
 bash "$ROOT/scripts/fuzz.sh" || fail=1
 
+stage end "stage times: every stage's build and tests"
+printf '  %s\n' "${stage_times[@]}"
 echo "== verbs over Soft-RoCE (QEMU): $(grep -E 'tests passed|No tests were found' "$rdma_log" |
   tail -n 1), skipped: $(grep -c '(Skipped)' "$rdma_log" || true)"
 echo "== run-tests.sh: $( ((fail)) && echo FAILED || echo all passed)"
