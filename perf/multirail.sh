@@ -12,8 +12,8 @@
 #   unequal  rail 0 at MBIT, the others at MBIT/4
 #   load     every rail at MBIT; iperf3 (4 flows) on rail 1 starts halfway through
 #   cut      every rail at MBIT; rail 1's cable is pulled halfway through
-# ("halfway": half the time the adaptive run would take at the summed rate, counted from
-# the start of the measurement, the same for every mode).
+# ("halfway": once node A has sent, over all its rails, the bytes of the warm-up and of
+# half of the timed out-of-place iterations, whatever the mode).
 # Modes (-M, comma list; default all three), per case: adaptive (SNCCL_ROUTING=adaptive over every rail), static (SNCCL_ROUTING=
 # static over every rail: an equal share per socket) and single (rail 0 alone, the
 # fastest). Tools (-t): sendrecv,allreduce (sn_sendrecv_perf, sn_allreduce_perf), one size
@@ -21,8 +21,10 @@
 #
 # Prints one line per run as it goes, then a table of medians over the -R rounds (default
 # 3; rounds interleave the cases and modes) in MB/s of bus bandwidth (2 ranks: the bytes
-# each rank sends per second), with the fraction of the rails' summed shaped rate. A run
-# that fails or exceeds its time limit shows as "fail".
+# each rank sends per second), with the fraction of the available rate: the rails' summed
+# shaped rate, and for "cut" what they can carry when half the timed bytes go before the
+# cut and half after (2 / (1/sum + 1/(sum - MBIT))). A run that fails or exceeds its time
+# limit shows as "fail".
 set -euo pipefail
 
 rails=2 mbit=800 size=16M iters=20 rounds=3 cases=equal,unequal,load,cut tools=sendrecv,allreduce
@@ -83,9 +85,19 @@ bytes() {  # 16M -> 16777216
 }
 nbytes=$(bytes "$size")
 
-# run TOOL MODE SECONDS_UNTIL_EVENT EVENT -> prints MB/s (or "fail")
+# Bytes node A has sent on its rails so far (each rank sends about -s bytes per iteration
+# with either tool at 2 ranks). Before the timed iterations come 8 warm-up ones: 2 per
+# placement at the largest and the smallest size, both -s here (sn_perf_run.cc).
+txbytes() {
+  ip -n "$A" -s -o link show | awk '/ rail[0-9]+[:@]/ {
+    n = split($0, s, "\\"); for (i = 1; i < n; i++) if (s[i] ~ /TX:/) {split(s[i + 1], v, " "); t += v[1]}}
+    END {printf "%.0f\n", t}'
+}
+half=$(((8 + iters / 2) * nbytes))
+
+# run TOOL MODE EVENT -> prints MB/s (or "fail")
 run() {
-  local tool=$1 mode=$2 delay=$3 event=$4 ifname=rail routing=adaptive
+  local tool=$1 mode=$2 event=$3 ifname=rail routing=adaptive
   [ "$mode" = static ] && routing=static
   [ "$mode" = single ] && ifname="=rail0"
   local port=$((20000 + RANDOM % 12000)) out rc=0 evpid=""
@@ -94,9 +106,11 @@ run() {
   local log
   log=$(mktemp)
   if [ "$event" != none ]; then
-    # The same time into the measurement for every mode: from rank 0's table header.
-    (for _ in $(seq 600); do grep -q out-of-place "$log" && break; sleep 0.1; done
-     sleep "$delay"; $event) >/dev/null 2>&1 &
+    # Halfway through the timed out-of-place iterations, by the bytes node A sent.
+    local from
+    from=$(txbytes)
+    (for _ in $(seq 6000); do (($(txbytes) - from >= half)) && break; sleep 0.02; done
+     $event) >/dev/null 2>&1 &
     evpid=$!
   fi
   env $envs RANK=1 SNCCL_HOSTID=mr-b timeout -k 5 120 ip netns exec "$B" $cmd >/dev/null 2>&1 &
@@ -123,8 +137,12 @@ for _ in $(seq 50); do ip netns exec "$B" ss -ltn | grep -q '10.78.1.2:5201' && 
 load_rail1() { ip netns exec "$A" iperf3 -c 10.78.1.2 -B 10.78.1.1 -t 60 -P 4 >"${MULTIRAIL_IPERF_LOG:-/dev/null}" 2>&1; }
 cut_rail1() { ip -n "$A" link set rail1 down; }
 
-railsum() {  # case -> the rails' summed shaped rate in Mbit/s
-  if [ "$1" = unequal ]; then echo $((mbit + (rails - 1) * (mbit / 4))); else echo $((rails * mbit)); fi
+available() {  # case -> the rate the rails offer in Mbit/s (see the top)
+  case $1 in
+    unequal) echo $((mbit + (rails - 1) * (mbit / 4))) ;;
+    cut) echo $((2 * rails * mbit * (rails - 1) * mbit / (rails * mbit + (rails - 1) * mbit))) ;;
+    *) echo $((rails * mbit)) ;;
+  esac
 }
 
 declare -A res
@@ -135,16 +153,14 @@ for ((r = 1; r <= rounds; r++)); do
   for c in "${caseList[@]}"; do
     shape 0 "$mbit"
     for ((k = 1; k < rails; k++)); do shape "$k" $([ "$c" = unequal ] && echo $((mbit / 4)) || echo "$mbit"); done
-    sum=$(railsum "$c")
+    sum=$(available "$c")
     for t in "${toolList[@]}"; do
-      # Halfway through the adaptive run at the summed rate (warm-up included).
-      delay=$(awk -v b="$nbytes" -v n="$iters" -v s="$sum" 'BEGIN {printf "%.2f", (n + 2) * b / (s * 125000.0) / 2}')
       event=none
       [ "$c" = load ] && event=load_rail1
       [ "$c" = cut ] && event=cut_rail1
       for m in "${modes[@]}"; do
-        v=$(run "$t" "$m" "$delay" "$event")
-        echo "round $r  $c  $t  $m  $v MB/s (rails' sum $((sum / 8)) MB/s)"
+        v=$(run "$t" "$m" "$event")
+        echo "round $r  $c  $t  $m  $v MB/s (available $((sum / 8)) MB/s)"
         res[$c,$t,$m]="${res[$c,$t,$m]:-} $v"
       done
     done
@@ -153,10 +169,10 @@ done
 
 median() { tr ' ' '\n' | { grep -v -e '^$' -e fail || true; } | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "fail"; else if (NR%2) print a[(NR+1)/2]; else printf "%.1f", (a[NR/2]+a[NR/2+1])/2}'; }
 echo
-echo "| case | tool | rails' sum MB/s | adaptive | static | best single rail | adaptive / sum | adaptive / static |"
+echo "| case | tool | available MB/s | adaptive | static | best single rail | adaptive / available | adaptive / static |"
 echo "|---|---|---|---|---|---|---|---|"
 for c in "${caseList[@]}"; do
-  sum=$(railsum "$c")
+  sum=$(available "$c")
   for t in "${toolList[@]}"; do
     a=$(echo "${res[$c,$t,adaptive]}" | median)
     s=$(echo "${res[$c,$t,static]}" | median)

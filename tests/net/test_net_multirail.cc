@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -150,12 +151,20 @@ TEST(NetMultirail, StaticTrafficIsCountedPerRail) { countsEachRail("static"); }
 // when to stop through a 1-element AllReduce of the parent's word each iteration: a rank
 // that stopped on its own reading would leave the others in a collective without it. And
 // none aborts before every rank returned from that last call: an abort may overtake the
-// rank's last message to a peer that has not received it yet.
-void survivesRailCut(int rail) {
+// rank's last message to a peer that has not received it yet. `env` overrides the cluster's.
+void survivesRailCut(int rail, const std::vector<std::pair<std::string, std::string>>& env = {}) {
   SKIP_UNLESS_NETNS(nodes, 2);
   constexpr int kAfterCut = 15;
   Cluster c = railsCluster(nodes, "adaptive");
   c.timeoutSec = 150;
+  for (const auto& kv : env) {
+    auto it = std::find_if(c.env.begin(), c.env.end(), [&](const auto& e) { return e.first == kv.first; });
+    if (it != c.env.end()) {
+      it->second = kv.second;
+    } else {
+      c.env.push_back(kv);
+    }
+  }
   int itersAtCut = 0;
   Outcome o = nettest::runCluster(
       c,
@@ -222,5 +231,12 @@ void survivesRailCut(int rail) {
 TEST(NetMultirail, CutOfTheSecondRailIsSurvived) { survivesRailCut(1); }
 
 TEST(NetMultirail, CutOfTheFirstRailIsSurvived) { survivesRailCut(0); }
+
+// The cut path is late long before it could be given up: with a path timeout of ten
+// minutes, and TCP's own timeout (half of SNCCL_TIMEOUT) past the 60 s the parent waits,
+// AllReduces go on only because the cut path's chunks go again on the other rail.
+TEST(NetMultirail, CutRailIsBypassedBeforeThePathTimeout) {
+  survivesRailCut(1, {{"SNCCL_SOCKET_PATH_TIMEOUT", "600000"}, {"SNCCL_TIMEOUT", "200"}});
+}
 
 }  // namespace

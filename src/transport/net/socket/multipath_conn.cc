@@ -31,6 +31,12 @@ constexpr double kTargetDelaySec = 0.002;
 constexpr double kMaxDelaySec = 0.05;
 constexpr double kUsableRatio = 8;
 constexpr double kSampleSec = 0.001;  // busy time per rate sample
+// A path is late (multipath_conn.h) after kLateFactor times what its chunks in flight and
+// one more should take at its rate, and at least kLateMinSec: well above the few
+// milliseconds an acknowledgement can wait behind the other direction's data on a shaped
+// rail, so a path that is only busy is not taken for a stalled one.
+constexpr double kLateFactor = 4;
+constexpr double kLateMinSec = 0.025;
 constexpr size_t kMaxWindow = 16u << 20;
 constexpr size_t kSenderInBytes = 64 * kRec;  // records read per recv(2) on the sending end
 constexpr size_t kSinkBytes = 64 * 1024;
@@ -143,6 +149,7 @@ Result<MpRequest*> MultipathConn::isend(void* data, size_t size, int tag, uint32
   r->tag = tag;
   r->imm = imm;
   r->nchunks = size == 0 ? 1 : uint32_t((size + cfg_.chunkBytes - 1) / cfg_.chunkBytes);
+  r->got.assign((r->nchunks + 63) / 64, 0);
   order_.push_back(r);
   SNCCL_TRY(sendAll());
   return r;
@@ -212,8 +219,10 @@ Status MultipathConn::progress() {
 }
 
 bool MultipathConn::pullChunk(ChunkRef* c) {
+  auto ackedAlready = [](const MpRequest* r, uint32_t index) { return (r->got[index / 64] >> (index % 64) & 1) != 0; };
   for (MpRequest* r : order_) {
     if (r->complete) continue;
+    while (!r->retry.empty() && ackedAlready(r, r->retry.back())) r->retry.pop_back();
     uint32_t index;
     if (!r->retry.empty()) {
       index = r->retry.back();
@@ -224,7 +233,7 @@ bool MultipathConn::pullChunk(ChunkRef* c) {
       continue;
     }
     size_t off = size_t(index) * cfg_.chunkBytes;
-    *c = ChunkRef{r, index, uint32_t(std::min(cfg_.chunkBytes, r->size - off))};
+    *c = ChunkRef{r, r->seq, index, uint32_t(std::min(cfg_.chunkBytes, r->size - off))};
     return true;
   }
   return false;
@@ -243,7 +252,8 @@ Status MultipathConn::sendAll() {
     order64_.clear();
     for (size_t i = 0; i < paths_.size(); ++i) {
       const Path& p = paths_[i];
-      if (p.alive && !p.writing && p.outOff == p.out.size() && p.unackedBytes < p.window) order64_.push_back(i);
+      if (p.alive && !p.late && !p.writing && p.outOff == p.out.size() && p.unackedBytes < p.window)
+        order64_.push_back(i);
     }
     std::sort(order64_.begin(), order64_.end(), [&](size_t a, size_t b) { return fill(a) < fill(b); });
     for (size_t i : order64_) {
@@ -263,7 +273,7 @@ bool MultipathConn::soonest(size_t i) const {
   const double mine = (double(p.unackedBytes) + c) / p.rate;
   for (size_t j = 0; j < paths_.size(); ++j) {
     const Path& q = paths_[j];
-    if (j != i && q.alive && q.rate > 0 && (double(q.unackedBytes) + c) / q.rate < mine) return false;
+    if (j != i && q.alive && !q.late && q.rate > 0 && (double(q.unackedBytes) + c) / q.rate < mine) return false;
   }
   return true;
 }
@@ -278,7 +288,7 @@ Status MultipathConn::sendPath(size_t i, bool pull, bool* took) {
         SNCCL_TRY(flushOut(p, i));
         if (!p.alive || p.outOff < p.out.size()) return OkStatus();
       }
-      if (!pull || byeSent_ || closing_ || p.unackedBytes >= p.window) return OkStatus();
+      if (!pull || byeSent_ || closing_ || p.late || p.unackedBytes >= p.window) return OkStatus();
       ChunkRef c;
       if (!pullChunk(&c)) return OkStatus();
       pull = false;  // one new chunk per call
@@ -351,7 +361,7 @@ Status MultipathConn::flushOut(Path& p, size_t i) {
 
 Status MultipathConn::readPath(size_t i) {
   Path& p = paths_[i];
-  while (p.alive && error_.ok()) {
+  while (p.alive && !p.held && error_.ok()) {
     // A sender reads records only, many per call; a receiver one header at a time, so that
     // a chunk's payload goes straight to its place.
     const bool payload = !sender_ && p.reading;
@@ -534,14 +544,28 @@ void MultipathConn::chunkDone(size_t i) {
     if (q.reading && q.rreq == r) q.dst = nullptr;
 }
 
+bool MultipathConn::awaited(const ChunkRef& c) {
+  const MpRequest* r = c.req;
+  return r->used && r->seq == c.seq && !r->complete && (r->got[c.index / 64] >> (c.index % 64) & 1) == 0;
+}
+
 void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
   uint64_t bytes = 0;
   for (uint64_t n = p.acked; n < count; ++n) {
     ChunkRef c = p.unacked.front();
     p.unacked.pop_front();
     bytes += c.len;
+    if (!awaited(c)) {
+      duplicateBytes_ += c.len;  // its copy on another path was acknowledged first
+      continue;
+    }
+    c.req->got[c.index / 64] |= uint64_t(1) << (c.index % 64);
     if (++c.req->acked == c.req->nchunks) c.req->complete = true;
   }
+  const size_t popped = size_t(count - p.acked);
+  p.resent = p.resent > popped ? p.resent - popped : 0;
+  const bool wasLate = p.late;
+  p.late = false;
   p.unackedBytes -= bytes;
   p.bytes += bytes;
   p.acked = count;
@@ -556,10 +580,20 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
     p.sampleBytes = 0;
     p.sampleSec = 0;
     setWindows();
+  } else if (wasLate) {
+    setWindows();
   }
 }
 
 void MultipathConn::setWindows() {
+  // Windows balance the paths' delays; a path left alone (the others dead or late) has
+  // nothing to balance against, and a window of a few milliseconds would leave it idle
+  // while an acknowledgement crosses back.
+  const auto usable = [](const Path& q) { return q.alive && !q.late; };
+  if (std::count_if(paths_.begin(), paths_.end(), usable) == 1) {
+    std::find_if(paths_.begin(), paths_.end(), usable)->window = kMaxWindow;
+    return;
+  }
   double fastest = 0;
   for (const Path& q : paths_)
     if (q.alive) fastest = std::max(fastest, q.rate);
@@ -575,30 +609,32 @@ void MultipathConn::setWindows() {
 }
 
 Status MultipathConn::checkStalls(Clock::time_point now) {
+  if (livePaths() < 2) return OkStatus();  // nowhere to go: TCP's own timeout decides
   const auto stall = std::chrono::milliseconds(cfg_.stallMs);
   for (size_t i = 0; i < paths_.size(); ++i) {
     Path& p = paths_[i];
-    if (!p.alive || p.unacked.empty() || now - p.lastProgress < stall / 2) continue;
-    if (livePaths() < 2) return OkStatus();  // nowhere to go: TCP's own timeout decides
+    if (!p.alive || p.unacked.empty()) continue;
+    const auto silent = now - p.lastProgress;
+    if (!p.late && seconds(silent) >= lateAfterSec(p)) {
+      if (!p.pinged) {
+        SNCCL_TRY(ping(i, now));
+      } else if (heardSincePing(i, true)) {
+        p.late = true;
+        resendFrom(p);
+        setWindows();
+        SN_INFO(log::kNet,
+                "NET/Socket %s: path %zu (%s) is late: no acknowledgement for %.0f ms; its %zu unacknowledged "
+                "chunks go again on the other paths",
+                what_.c_str(), i, p.label.c_str(), 1e3 * seconds(silent), p.unacked.size());
+      }
+    }
+    if (silent < stall / 2) continue;
     if (!p.pinged) {
-      // Ask the receiver on the other paths: an answer there while this path stays silent
-      // shows the path, not the receiver, is stuck.
-      p.pinged = true;
-      p.pingAt = now;
-      MpRecord ping = record(sockwire::kMpPing);
-      for (size_t j = 0; j < paths_.size(); ++j)
-        if (j != i && paths_[j].alive) {
-          queueRecord(paths_[j], &ping);
-          if (!paths_[j].writing) SNCCL_TRY(flushOut(paths_[j], j));
-        }
+      SNCCL_TRY(ping(i, now));
       continue;
     }
-    if (now - p.lastProgress < stall) continue;
-    bool answered = false;
-    for (size_t j = 0; j < paths_.size(); ++j)
-      if (j != i && paths_[j].alive && paths_[j].lastHeard > p.pingAt) answered = true;
-    if (!answered) continue;
-    const long ms = long(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.lastProgress).count());
+    if (silent < stall || !heardSincePing(i, false)) continue;
+    const long ms = long(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count());
     SNCCL_TRY(pathFailed(i, RemoteError("no chunk acknowledged for %ld ms (SNCCL_SOCKET_PATH_TIMEOUT=%d) while the "
                                         "receiver answers on other paths: the path is cut or stuck",
                                         ms, cfg_.stallMs)));
@@ -606,14 +642,53 @@ Status MultipathConn::checkStalls(Clock::time_point now) {
   return OkStatus();
 }
 
+Status MultipathConn::ping(size_t i, Clock::time_point now) {
+  Path& p = paths_[i];
+  p.pinged = true;
+  p.pingAt = now;
+  MpRecord rec = record(sockwire::kMpPing);
+  for (size_t j = 0; j < paths_.size(); ++j)
+    if (j != i && paths_[j].alive) {
+      queueRecord(paths_[j], &rec);
+      if (!paths_[j].writing) SNCCL_TRY(flushOut(paths_[j], j));
+    }
+  return OkStatus();
+}
+
+bool MultipathConn::heardSincePing(size_t i, bool usable) const {
+  for (size_t j = 0; j < paths_.size(); ++j) {
+    const Path& q = paths_[j];
+    if (j != i && q.alive && !(usable && q.late) && q.lastHeard > paths_[i].pingAt) return true;
+  }
+  return false;
+}
+
+double MultipathConn::lateAfterSec(const Path& p) const {
+  if (p.rate <= 0) return kLateMinSec;
+  return std::max(kLateMinSec, kLateFactor * (double(p.unackedBytes) + double(cfg_.chunkBytes)) / p.rate);
+}
+
+void MultipathConn::resendFrom(Path& p) {
+  for (size_t k = p.resent; k < p.unacked.size(); ++k) {
+    const ChunkRef& c = p.unacked[k];
+    if (!awaited(c)) continue;
+    c.req->retry.push_back(c.index);
+    ++resentChunks_;
+  }
+  p.resent = p.unacked.size();
+}
+
 Status MultipathConn::pathFailed(size_t i, const Status& why) {
   Path& p = paths_[i];
   if (!p.alive) return error_;
   p.alive = false;
   ::shutdown(p.sock.fd(), SHUT_RDWR);
-  size_t resend = p.unacked.size();
-  for (const ChunkRef& c : p.unacked) c.req->retry.push_back(c.index);
+  const uint64_t before = resentChunks_;
+  resendFrom(p);
+  const size_t resend = size_t(resentChunks_ - before);
   p.unacked.clear();
+  p.resent = 0;
+  p.late = false;
   p.unackedBytes = 0;
   p.writing = false;
   p.reading = false;
@@ -641,7 +716,7 @@ bool MultipathConn::pollFds(std::vector<pollfd>* fds) const {
   bool timer = false;
   for (const Path& p : paths_) {
     if (!p.alive) continue;
-    short ev = POLLIN;
+    short ev = p.held ? 0 : POLLIN;
     if (p.writing || p.outOff < p.out.size() || (!sender_ && p.ackQueued > p.ackWritten)) ev |= POLLOUT;
     fds->push_back(pollfd{p.sock.fd(), ev, 0});
     timer = timer || !p.unacked.empty();
@@ -668,6 +743,9 @@ void MultipathConn::close(uint32_t abortCode, int lingerMs) {
       stats += format("%s path %zu (%s%s): %.1f MB, %.1f MB/s, window %zu KiB", i > 0 ? ";" : "", i, p.label.c_str(),
                       p.alive ? "" : ", dropped", double(p.bytes) / 1e6, p.rate / 1e6, p.window >> 10);
     }
+    if (resentChunks_ > 0)
+      stats += format("; %llu chunks sent again, %.1f MB acknowledged twice", (unsigned long long)resentChunks_,
+                      double(duplicateBytes_) / 1e6);
     SN_INFO(log::kNet, "NET/Socket %s: closing;%s", what_.c_str(), stats.c_str());
   }
   if (abortCode != 0 || !error_.ok()) {

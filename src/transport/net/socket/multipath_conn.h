@@ -12,22 +12,31 @@
 //
 // Room on a path is a window of unacknowledged bytes: the path's delivery rate (an
 // average over its acknowledgements) times a delay that all paths share, at least one
-// chunk. A path with room still leaves a chunk to another that would deliver it sooner
-// after what it already has in flight. A path that slows down gets fewer chunks, one that
-// recovers more; all paths have about the same queueing delay, so the chunks of one
-// message finish together (requests complete in order: one late chunk holds up every
-// message after it).
+// chunk; a path left alone (the others late or dead) has no such limit. A path with room
+// still leaves a chunk to another that would deliver it sooner after what it already has
+// in flight. A path that slows down gets fewer chunks, one that recovers more; all paths
+// have about the same queueing delay, so the chunks of one message finish together
+// (requests complete in order: one late chunk holds up every message after it).
 //
 // A send completes when all its chunks are acknowledged (not when they are written): so a
-// chunk still in a path that dies can be sent again. A path dies when its socket fails or
-// ends, or when it has chunks unacknowledged for SNCCL_SOCKET_PATH_TIMEOUT milliseconds
-// while the receiver answers on another path (the sender asks with a PING after half of
-// that time): a cut cable stalls TCP without any error for minutes. The sender then sends
-// the path's unacknowledged chunks again on the others and tells the receiver with a
-// DROP record; the receiver stops reading the path. Writes are idempotent and the receiver
-// counts each chunk once (a bitmap per message), so duplicates are harmless; a chunk that
-// arrives for a message already complete is read into a sink. Only when the last path dies
-// does the connection fail.
+// chunk still in a path that goes silent or dies can be sent again. Writes are idempotent
+// and each end counts a chunk once (a bitmap per message: arrived at the receiver,
+// acknowledged at the sender), so copies are harmless; a chunk that arrives for a message
+// already complete is read into a sink.
+//
+// A path is late when it has had no acknowledgement for several times what its chunks in
+// flight should take (at least kLateMinSec, multipath_conn.cc) while the receiver answers
+// on another path that is not late (the sender asks with a PING). Its unacknowledged
+// chunks are then queued again for the other paths, and it takes no new chunk until an
+// acknowledgement arrives on it: a stalled path costs a message tens of milliseconds, and
+// a path that was only slow for a while is used again.
+//
+// A path dies when its socket fails or ends, or when it has chunks unacknowledged for
+// SNCCL_SOCKET_PATH_TIMEOUT milliseconds while the receiver answers on another path (the
+// PING went when the path was late, or after half of that time): a cut cable stalls TCP
+// without any error for minutes. The sender then sends the path's unacknowledged chunks again on the
+// others and tells the receiver with a DROP record; the receiver stops reading the path.
+// Only when the last path dies does the connection fail.
 //
 // Requests complete in the order they were posted (Net's contract).
 #pragma once
@@ -67,10 +76,11 @@ class MpRequest : public SockReqBase {
   uint32_t nextChunk = 0;
   uint32_t acked = 0;
   std::vector<uint32_t> retry;
-  // Receiver: the first chunk header arrived; which chunks arrived.
+  // Receiver: the first chunk header arrived.
   bool matched = false;
   char* target = nullptr;  // retarget()
   size_t targetSize = 0;
+  // Which chunks arrived (receiver) or were acknowledged (sender), and how many.
   std::vector<uint64_t> got;
   uint32_t gotCount = 0;
 };
@@ -102,6 +112,13 @@ class MultipathConn {
   // Sender: the path's window, and its bytes written and not yet acknowledged.
   size_t pathWindow(int i) const { return paths_[size_t(i)].window; }
   size_t pathInFlight(int i) const { return paths_[size_t(i)].unackedBytes; }
+  // Sender: chunks queued again because their path was late or died, and the payload
+  // bytes of acknowledgements for chunks already acknowledged on another path.
+  uint64_t resentChunks() const { return resentChunks_; }
+  uint64_t duplicateBytes() const { return duplicateBytes_; }
+  // For tests: the receiving end stops (or resumes) reading path i, as a pulled cable
+  // stops a path without any error.
+  void holdPath(int i, bool hold) { paths_[size_t(i)].held = hold; }
 
  private:
   struct Credit {
@@ -110,6 +127,7 @@ class MultipathConn {
   };
   struct ChunkRef {
     MpRequest* req;
+    uint64_t seq;  // req's message: the request may be released and reused meanwhile
     uint32_t index;
     uint32_t len;
   };
@@ -128,6 +146,7 @@ class MultipathConn {
     // chunk's payload goes straight to its place).
     std::vector<char> in;
     size_t inLen = 0;
+    bool held = false;            // holdPath()
     bool byeSeen = false;         // the peer's BYE arrived on this path
     bool shutAfterFlush = false;  // receiver: answered a BYE; end the path once it is written
     // Sender: the chunk being written (header + payload), chunks not yet acknowledged
@@ -138,6 +157,8 @@ class MultipathConn {
     size_t wdone = 0;
     std::deque<ChunkRef> unacked;
     size_t unackedBytes = 0;
+    size_t resent = 0;  // leading entries of unacked already queued again for other paths
+    bool late = false;  // resendLate() ran; cleared by the next acknowledgement
     uint64_t acked = 0;
     Clock::time_point lastProgress{};  // last acknowledgement, or when unacked became non-empty
     Clock::time_point lastHeard{};     // last record of any kind from the receiver
@@ -171,6 +192,17 @@ class MultipathConn {
   Status startChunk(size_t i, const char* rec);
   void chunkDone(size_t i);
   void ackChunks(Path& p, uint64_t count, Clock::time_point now);
+  // Sender: whether c's message still waits for c (not acknowledged on any path).
+  static bool awaited(const ChunkRef& c);
+  // Sender: queues path i's unacknowledged chunks from `resent` on for the other paths.
+  void resendFrom(Path& p);
+  // Sender: how long path p may go without an acknowledgement before it is late.
+  double lateAfterSec(const Path& p) const;
+  // Sender: asks the receiver on every path but i whether it is there (path i is silent).
+  Status ping(size_t i, Clock::time_point now);
+  // Sender: whether another path (one that is not late, with `usable`) heard from the
+  // receiver since path i's PING: then path i, not the receiver, is stuck.
+  bool heardSincePing(size_t i, bool usable) const;
   // Every live path's window from the rates (multipath_conn.cc: equal queueing delay).
   void setWindows();
   bool pullChunk(ChunkRef* c);
@@ -193,6 +225,8 @@ class MultipathConn {
   uint64_t creditsSeen_ = 0;      // sender: CTS records kept (the next one's number)
   uint64_t seq_ = 0;              // messages started
   bool wantCredit_ = false;
+  uint64_t resentChunks_ = 0;
+  uint64_t duplicateBytes_ = 0;
   std::vector<size_t> order64_;  // sendAll's scratch: paths that may take a chunk
   std::vector<char> sink_;
   uint32_t peerAbort_ = 0;
