@@ -5,8 +5,8 @@
     perf/multirail_svg.py /tmp/multirail.txt docs/img/multirail.svg
 
 One group of bars per case and tool: adaptive, static, best single rail, in MB/s, with the
-rails' summed rate as a dashed line over the group. A failed run is drawn as an empty bar
-marked "fail".
+rate the rails offer (multirail.sh's "available") as a dashed line over the group. A failed
+run is drawn as an empty bar marked "fail".
 """
 import sys
 
@@ -53,7 +53,7 @@ def draw(rows, out):
         s.append(f'<text x="{x + 1.5 * bar}" y="{top + height + 30}" text-anchor="middle">{tool}</text>')
         x += 3 * bar + gap
     lx = left
-    for name, color in MODES + [("rails' sum", None)]:
+    for name, color in MODES + [("available", None)]:
         if color:
             s.append(f'<rect x="{lx}" y="{top + height + 42}" width="10" height="10" fill="{color}"/>')
         else:
