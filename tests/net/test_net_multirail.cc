@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -145,17 +147,68 @@ void countsEachRail(const char* routing) {
 TEST(NetMultirail, AdaptiveTrafficIsCountedPerRail) { countsEachRail("adaptive"); }
 TEST(NetMultirail, StaticTrafficIsCountedPerRail) { countsEachRail("static"); }
 
-// Ranks loop on 4 MiB AllReduces, checking each result, until the parent says stop; the
-// parent pulls node 1's cable on `rail` once every rank completed a few, and says stop
-// once every rank completed kAfterCut more. Every call must succeed. The ranks agree on
-// when to stop through a 1-element AllReduce of the parent's word each iteration: a rank
-// that stopped on its own reading would leave the others in a collective without it. And
-// none aborts before every rank returned from that last call: an abort may overtake the
-// rank's last message to a peer that has not received it yet. `env` overrides the cluster's.
-void survivesRailCut(int rail, const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  SKIP_UNLESS_NETNS(nodes, 2);
-  constexpr int kAfterCut = 15;
-  Cluster c = railsCluster(nodes, "adaptive");
+// Ranks loop on 4 MiB AllReduces, checking each result, until the parent says stop. Every
+// call must succeed. The ranks agree on when to stop through a 1-element AllReduce of the
+// parent's word each iteration: a rank that stopped on its own reading would leave the
+// others in a collective without it. And none aborts before every rank returned from that
+// last call: an abort may overtake the rank's last message to a peer that has not received
+// it yet.
+nettest::Body allReduceLoop() {
+  return [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
+    // The bootstrap's sockets use rail 0 too: end with an abort, which needs none.
+    *abort = true;
+    const size_t count = 1 << 20;
+    std::vector<int32_t> buf(count);
+    double end = nettest::nowSec() + 90;
+    for (int it = 0;; ++it) {
+      int32_t stop = __atomic_load_n(&sh->go, __ATOMIC_ACQUIRE);
+      if (ncclAllReduce(&stop, &stop, 1, ncclInt32, ncclMax, comm, nullptr) != ncclSuccess) {
+        nettest::report(sh, rank, 4, ncclGetLastError(nullptr));
+        return false;
+      }
+      if (stop != 0) break;
+      if (nettest::nowSec() > end) {
+        nettest::report(sh, rank, 2, "the parent never said stop (iterations stalled after the cut?)");
+        return false;
+      }
+      for (size_t i = 0; i < count; ++i) buf[i] = int32_t((i + size_t(it)) % 1000) * (rank + 1);
+      ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), count, ncclInt32, ncclSum, comm, nullptr);
+      if (res != ncclSuccess) {
+        nettest::report(sh, rank, res, ncclGetLastError(nullptr));
+        return false;
+      }
+      const int32_t tri = n * (n + 1) / 2;
+      for (size_t i = 0; i < count; ++i)
+        if (buf[i] != int32_t((i + size_t(it)) % 1000) * tri) {
+          nettest::report(sh, rank, 3, "wrong AllReduce result at iteration " + std::to_string(it));
+          return false;
+        }
+      __atomic_store_n(&sh->r[rank].iters, it + 1, __ATOMIC_RELEASE);
+    }
+    __atomic_add_fetch(&sh->finished, 1, __ATOMIC_ACQ_REL);
+    for (double until = nettest::nowSec() + 60;
+         __atomic_load_n(&sh->finished, __ATOMIC_ACQUIRE) < n && nettest::nowSec() < until;)
+      usleep(1000);
+    nettest::report(sh, rank, 0, "");
+    return true;
+  };
+}
+
+// The fewest iterations any rank of `n` completed.
+int minIters(Shared* sh, int n) {
+  int m = 1 << 30;
+  for (int r = 0; r < n; ++r) m = std::min(m, __atomic_load_n(&sh->r[r].iters, __ATOMIC_ACQUIRE));
+  return m;
+}
+
+// Waits (at most 60 s) until every rank completed `iters`.
+void waitIters(Shared* sh, int n, int iters) {
+  for (double deadline = nettest::nowSec() + 60; minIters(sh, n) < iters && nettest::nowSec() < deadline;) usleep(5000);
+}
+
+// The rails' cluster with `env` on top.
+Cluster railsClusterWith(const NetnsNodes& ns, const std::vector<std::pair<std::string, std::string>>& env) {
+  Cluster c = railsCluster(ns, "adaptive");
   c.timeoutSec = 150;
   for (const auto& kv : env) {
     auto it = std::find_if(c.env.begin(), c.env.end(), [&](const auto& e) { return e.first == kv.first; });
@@ -165,59 +218,23 @@ void survivesRailCut(int rail, const std::vector<std::pair<std::string, std::str
       c.env.push_back(kv);
     }
   }
+  return c;
+}
+
+// The parent pulls node 1's cable on `rail` once every rank completed a few AllReduces,
+// and says stop once every rank completed kAfterCut more.
+void survivesRailCut(int rail, const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  SKIP_UNLESS_NETNS(nodes, 2);
+  constexpr int kAfterCut = 15;
+  Cluster c = railsClusterWith(nodes, env);
   int itersAtCut = 0;
   Outcome o = nettest::runCluster(
-      c,
-      [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
-        // The bootstrap's sockets use rail 0 too: end with an abort, which needs none.
-        *abort = true;
-        const size_t count = 1 << 20;
-        std::vector<int32_t> buf(count);
-        double end = nettest::nowSec() + 90;
-        for (int it = 0;; ++it) {
-          int32_t stop = __atomic_load_n(&sh->go, __ATOMIC_ACQUIRE);
-          if (ncclAllReduce(&stop, &stop, 1, ncclInt32, ncclMax, comm, nullptr) != ncclSuccess) {
-            nettest::report(sh, rank, 4, ncclGetLastError(nullptr));
-            return false;
-          }
-          if (stop != 0) break;
-          if (nettest::nowSec() > end) {
-            nettest::report(sh, rank, 2, "the parent never said stop (iterations stalled after the cut?)");
-            return false;
-          }
-          for (size_t i = 0; i < count; ++i) buf[i] = int32_t((i + size_t(it)) % 1000) * (rank + 1);
-          ncclResult_t res = ncclAllReduce(buf.data(), buf.data(), count, ncclInt32, ncclSum, comm, nullptr);
-          if (res != ncclSuccess) {
-            nettest::report(sh, rank, res, ncclGetLastError(nullptr));
-            return false;
-          }
-          const int32_t tri = n * (n + 1) / 2;
-          for (size_t i = 0; i < count; ++i)
-            if (buf[i] != int32_t((i + size_t(it)) % 1000) * tri) {
-              nettest::report(sh, rank, 3, "wrong AllReduce result at iteration " + std::to_string(it));
-              return false;
-            }
-          __atomic_store_n(&sh->r[rank].iters, it + 1, __ATOMIC_RELEASE);
-        }
-        __atomic_add_fetch(&sh->finished, 1, __ATOMIC_ACQ_REL);
-        for (double until = nettest::nowSec() + 60;
-             __atomic_load_n(&sh->finished, __ATOMIC_ACQUIRE) < n && nettest::nowSec() < until;)
-          usleep(1000);
-        nettest::report(sh, rank, 0, "");
-        return true;
-      },
+      c, allReduceLoop(),
       [&](Shared* sh, const std::vector<pid_t>&) {
-        auto minIters = [&] {
-          int m = 1 << 30;
-          for (int r = 0; r < c.nranks; ++r) m = std::min(m, __atomic_load_n(&sh->r[r].iters, __ATOMIC_ACQUIRE));
-          return m;
-        };
-        double deadline = nettest::nowSec() + 60;
-        while (minIters() < 3 && nettest::nowSec() < deadline) usleep(5000);
-        itersAtCut = minIters();
+        waitIters(sh, c.nranks, 3);
+        itersAtCut = minIters(sh, c.nranks);
         EXPECT_TRUE(nodes.setLink(1, false, rail)) << "ip link set down failed";
-        deadline = nettest::nowSec() + 60;
-        while (minIters() < itersAtCut + kAfterCut && nettest::nowSec() < deadline) usleep(5000);
+        waitIters(sh, c.nranks, itersAtCut + kAfterCut);
         __atomic_store_n(&sh->go, 1, __ATOMIC_RELEASE);
       },
       [&] { nodes.cleanup(); });
@@ -237,6 +254,49 @@ TEST(NetMultirail, CutOfTheFirstRailIsSurvived) { survivesRailCut(0); }
 // AllReduces go on only because the cut path's chunks go again on the other rail.
 TEST(NetMultirail, CutRailIsBypassedBeforeThePathTimeout) {
   survivesRailCut(1, {{"SNCCL_SOCKET_PATH_TIMEOUT", "600000"}, {"SNCCL_TIMEOUT", "200"}});
+}
+
+// Bytes node 1 sent on `rail` so far (its interface's counter, read with ip -s).
+uint64_t sentOnRail(const NetnsNodes& ns, int rail) {
+  const std::string cmd = "ip -n " + ns.names()[1] + " -s -o link show dev " + NetnsNodes::railIfname(rail);
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[4096] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  pclose(f);
+  // One line: ... "TX: bytes packets ..." then "\" and the numbers, bytes first.
+  const char* tx = read ? std::strstr(line, "TX:") : nullptr;
+  const char* nums = tx != nullptr ? std::strchr(tx, '\\') : nullptr;
+  return nums != nullptr ? std::strtoull(nums + 1, nullptr, 10) : 0;
+}
+
+// A rail whose cable comes back is used again: its path was late, not dropped (the path
+// timeout is ten minutes), so once TCP delivers on it again its acknowledgements come back
+// and it takes chunks. More than the path could have had in flight at the cut (its window
+// is at most 16 MiB) must cross it afterwards.
+TEST(NetMultirail, RailThatComesBackIsUsedAgain) {
+  SKIP_UNLESS_NETNS(nodes, 2);
+  Cluster c = railsClusterWith(nodes, {{"SNCCL_SOCKET_PATH_TIMEOUT", "600000"}, {"SNCCL_TIMEOUT", "200"}});
+  constexpr uint64_t kAfter = 64u << 20;
+  uint64_t sentAtReturn = 0, sentAtEnd = 0;
+  Outcome o = nettest::runCluster(
+      c, allReduceLoop(),
+      [&](Shared* sh, const std::vector<pid_t>&) {
+        waitIters(sh, c.nranks, 3);
+        EXPECT_TRUE(nodes.setLink(1, false, 1)) << "ip link set down failed";
+        waitIters(sh, c.nranks, minIters(sh, c.nranks) + 5);
+        sentAtReturn = sentOnRail(nodes, 1);
+        EXPECT_TRUE(nodes.setLink(1, true, 1)) << "ip link set up failed";
+        for (double deadline = nettest::nowSec() + 30;
+             sentOnRail(nodes, 1) - sentAtReturn < kAfter && nettest::nowSec() < deadline;)
+          usleep(20000);
+        sentAtEnd = sentOnRail(nodes, 1);
+        __atomic_store_n(&sh->go, 1, __ATOMIC_RELEASE);
+      },
+      [&] { nodes.cleanup(); });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  EXPECT_GT(sentAtReturn, 0u) << "could not read the rail's counter";
+  EXPECT_GE(sentAtEnd - sentAtReturn, kAfter) << "the rail carried little once it came back";
 }
 
 }  // namespace
