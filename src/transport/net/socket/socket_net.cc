@@ -221,9 +221,9 @@ class SocketNet : public Net {
     plan.adaptive = adaptive_;
     // Static: a control socket plus nstreams_ streams per rail. Adaptive: every socket is
     // a path, nstreams_ per rail (the handle counts the sockets after the first).
-    const int perRail = nstreams_ * int(rails_.size());
-    plan.chunkBytes = mpConfig_.chunkBytes != 0 ? mpConfig_.chunkBytes : defaultChunkBytes(perRail);
-    const int streams = std::min(adaptive_ ? perRail - 1 : perRail, sockwire::kMaxStreams);
+    const int sockets = nstreams_ * int(rails_.size());  // over all rails
+    plan.chunkBytes = mpConfig_.chunkBytes != 0 ? mpConfig_.chunkBytes : defaultChunkBytes(sockets);
+    const int streams = std::min(adaptive_ ? sockets - 1 : sockets, sockwire::kMaxStreams);
     SNCCL_ASSIGN_OR_RETURN(auto l, SocketListen::create(bind, streams, tuning_, handle, plan));
     *out = l.release();
     return OkStatus();
