@@ -219,10 +219,9 @@ Status MultipathConn::progress() {
 }
 
 bool MultipathConn::pullChunk(ChunkRef* c) {
-  auto ackedAlready = [](const MpRequest* r, uint32_t index) { return (r->got[index / 64] >> (index % 64) & 1) != 0; };
   for (MpRequest* r : order_) {
     if (r->complete) continue;
-    while (!r->retry.empty() && ackedAlready(r, r->retry.back())) r->retry.pop_back();
+    while (!r->retry.empty() && r->has(r->retry.back())) r->retry.pop_back();
     uint32_t index;
     if (!r->retry.empty()) {
       index = r->retry.back();
@@ -518,7 +517,7 @@ Status MultipathConn::startChunk(size_t i, const char* raw) {
                         "of %zu bytes",
                         i, p.label.c_str(), (unsigned long long)h.offset, h.len, (unsigned long long)h.seq, r->size));
     p.rindex = uint32_t(index);
-    if ((r->got[index / 64] >> (index % 64) & 1) == 0) p.dst = r->data + h.offset;
+    if (!r->has(uint32_t(index))) p.dst = r->data + h.offset;
   }
   if (p.rlen == 0) chunkDone(i);
   return OkStatus();
@@ -531,10 +530,8 @@ void MultipathConn::chunkDone(size_t i) {
   p.ackQueued = p.received;
   MpRequest* r = p.rreq;
   if (p.dst == nullptr || r == nullptr || r->complete) return;
-  uint64_t& word = r->got[p.rindex / 64];
-  const uint64_t bit = uint64_t(1) << (p.rindex % 64);
-  if ((word & bit) != 0) return;
-  word |= bit;
+  if (r->has(p.rindex)) return;
+  r->mark(p.rindex);
   p.bytes += p.rlen;
   if (++r->gotCount < r->nchunks) return;
   r->complete = true;
@@ -546,7 +543,7 @@ void MultipathConn::chunkDone(size_t i) {
 
 bool MultipathConn::awaited(const ChunkRef& c) {
   const MpRequest* r = c.req;
-  return r->used && r->seq == c.seq && !r->complete && (r->got[c.index / 64] >> (c.index % 64) & 1) == 0;
+  return r->used && r->seq == c.seq && !r->complete && !r->has(c.index);
 }
 
 void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
@@ -559,7 +556,7 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
       duplicateBytes_ += c.len;  // its copy on another path was acknowledged first
       continue;
     }
-    c.req->got[c.index / 64] |= uint64_t(1) << (c.index % 64);
+    c.req->mark(c.index);
     if (++c.req->acked == c.req->nchunks) c.req->complete = true;
   }
   const size_t popped = size_t(count - p.acked);

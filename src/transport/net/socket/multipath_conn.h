@@ -83,6 +83,8 @@ class MpRequest : public SockReqBase {
   // Which chunks arrived (receiver) or were acknowledged (sender), and how many.
   std::vector<uint64_t> got;
   uint32_t gotCount = 0;
+  bool has(uint32_t index) const { return (got[index / 64] >> (index % 64) & 1) != 0; }
+  void mark(uint32_t index) { got[index / 64] |= uint64_t(1) << (index % 64); }
 };
 
 class MultipathConn {
