@@ -2,8 +2,9 @@
 // "rails" (127.0.0.1 and 127.0.0.2, both on lo): chunking and reassembly for every size
 // class, many messages in flight, completion order, retargeting, both paths carrying
 // data, a path that fails mid-transfer (its chunks go again on the other path and every
-// message arrives intact), the last path failing (an error, not a hang), aborts and
-// clean closes. A path cut without any error (a pulled cable) is in test_net_multirail.
+// message arrives intact), a path that goes silent and comes back (late: its chunks go
+// on the other path, copies count once), the last path failing (an error, not a hang),
+// aborts and clean closes. A real pulled cable is in test_net_multirail.
 //
 // Both ends run on the test thread (the connection is non-blocking).
 #include <gtest/gtest.h>

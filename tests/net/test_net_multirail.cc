@@ -3,7 +3,8 @@
 // Every collective is correct with adaptive routing (odd rank count) and with static
 // routing; and a rail whose cable is pulled while ranks loop on AllReduce (no error on
 // any socket: TCP just stops hearing back) costs no error and no hang: adaptive routing
-// drops the cut path and sends its chunks again on the other rail.
+// finds the cut path late, sends its chunks again on the other rail long before the path
+// timeout, and uses the rail again when its cable is plugged back in.
 //
 // Needs root and iproute2; otherwise each test is skipped with a message saying so.
 #include <gtest/gtest.h>
