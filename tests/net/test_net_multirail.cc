@@ -207,18 +207,11 @@ void waitIters(Shared* sh, int n, int iters) {
   for (double deadline = nettest::nowSec() + 60; minIters(sh, n) < iters && nettest::nowSec() < deadline;) usleep(5000);
 }
 
-// The rails' cluster with `env` on top.
+// The rails' cluster with `env` on top (the ranks set c.env in order: later entries win).
 Cluster railsClusterWith(const NetnsNodes& ns, const std::vector<std::pair<std::string, std::string>>& env) {
   Cluster c = railsCluster(ns, "adaptive");
   c.timeoutSec = 150;
-  for (const auto& kv : env) {
-    auto it = std::find_if(c.env.begin(), c.env.end(), [&](const auto& e) { return e.first == kv.first; });
-    if (it != c.env.end()) {
-      it->second = kv.second;
-    } else {
-      c.env.push_back(kv);
-    }
-  }
+  c.env.insert(c.env.end(), env.begin(), env.end());
   return c;
 }
 
