@@ -4,7 +4,8 @@
 // data, a path that fails mid-transfer (its chunks go again on the other path and every
 // message arrives intact), a path that goes silent and comes back (late: its chunks go
 // on the other path, copies count once), the last path failing (an error, not a hang),
-// aborts and clean closes. A real pulled cable is in test_net_multirail.
+// aborts and clean closes, and two connections over the same rails counting each other's
+// unacknowledged bytes. A real pulled cable is in test_net_multirail.
 //
 // Both ends run on the test thread (the connection is non-blocking).
 #include <gtest/gtest.h>
@@ -80,7 +81,7 @@ struct Ends {
   std::vector<int> txFds, rxFds;  // the paths' descriptors, for failure injection
 };
 
-void openEnds(int sockets, Ends* e, int stallMs = 300) {
+void openEnds(int sockets, Ends* e, int stallMs = 300, std::shared_ptr<socknet::RailBook> rails = nullptr) {
   std::vector<sock::Socket> ss, rs;
   size_t chunk = 0;
   openPaths(sockets, &ss, &rs, &chunk);
@@ -88,8 +89,10 @@ void openEnds(int sockets, Ends* e, int stallMs = 300) {
   ASSERT_EQ(chunk, kChunk);
   for (auto& s : ss) e->txFds.push_back(s.fd());
   for (auto& s : rs) e->rxFds.push_back(s.fd());
-  e->tx = std::make_unique<MultipathConn>(true, std::move(ss), "test send", socknet::MultipathConfig{kChunk, stallMs});
-  e->rx = std::make_unique<MultipathConn>(false, std::move(rs), "test recv", socknet::MultipathConfig{kChunk, stallMs});
+  e->tx = std::make_unique<MultipathConn>(true, std::move(ss), "test send",
+                                          socknet::MultipathConfig{kChunk, stallMs, std::move(rails)});
+  e->rx = std::make_unique<MultipathConn>(false, std::move(rs), "test recv",
+                                          socknet::MultipathConfig{kChunk, stallMs, nullptr});
 }
 
 // Sends every message of `sizes` (posting up to `window` at a time on each end) and checks
@@ -164,6 +167,46 @@ TEST(Multipath, EverySizeClassArrivesWholeAndInOrder) {
   if (HasFatalFailure()) return;
   transfer(e, {0, 1, 7, 4095, kChunk - 1, kChunk, kChunk + 1, 3 * kChunk + 13, (1 << 20) + 5, 0, 8 << 20, 33}, 4);
   EXPECT_EQ(e.tx->livePaths(), 2);
+}
+
+// Posts a receive on e's receiving end and sends `src` into it once its credit is there;
+// the receiving end is not progressed, so nothing is acknowledged.
+void sendUnread(Ends& e, std::vector<char>& src, std::vector<char>& dst) {
+  auto r = e.rx->irecv(dst.data(), dst.size(), 3);
+  ASSERT_TRUE(r.ok() && r.value() != nullptr);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  MpRequest* s = nullptr;
+  while (s == nullptr && Clock::now() < deadline) {
+    auto q = e.tx->isend(src.data(), src.size(), 3, 0);
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    s = q.value();
+  }
+  ASSERT_NE(s, nullptr) << "no credit within 10 s";
+}
+
+TEST(Multipath, ConnectionsOverTheSameRailsCountEachOthersBacklog) {
+  auto book = std::make_shared<socknet::RailBook>();
+  Ends a, b;
+  openEnds(2, &a, 300, book);
+  openEnds(2, &b, 300, book);
+  if (HasFatalFailure()) return;
+  std::vector<char> src(1 << 20, 7), dstA(1 << 20), dstB(1 << 20);
+  std::shared_ptr<socknet::RailShare> rail0 = book->get("127.0.0.1 -> 127.0.0.1");
+  std::shared_ptr<socknet::RailShare> rail1 = book->get("127.0.0.2 -> 127.0.0.2");
+  sendUnread(a, src, dstA);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(a.tx->pathInFlight(0), 0u);
+  EXPECT_GT(a.tx->pathInFlight(1), 0u);
+  EXPECT_EQ(rail0->unacked(), a.tx->pathInFlight(0));
+  EXPECT_EQ(rail1->unacked(), a.tx->pathInFlight(1));
+  sendUnread(b, src, dstB);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(rail0->unacked(), a.tx->pathInFlight(0) + b.tx->pathInFlight(0));
+  EXPECT_EQ(rail1->unacked(), a.tx->pathInFlight(1) + b.tx->pathInFlight(1));
+  // A connection that ends gives its share back.
+  a.tx.reset();
+  EXPECT_EQ(rail0->unacked(), b.tx->pathInFlight(0));
+  EXPECT_EQ(rail1->unacked(), b.tx->pathInFlight(1));
 }
 
 TEST(Multipath, ManyMessagesInFlightUseBothRails) {

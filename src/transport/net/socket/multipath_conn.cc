@@ -19,18 +19,18 @@ namespace {
 using sockwire::MpRecord;
 constexpr size_t kRec = sizeof(MpRecord);
 
-// Windows give every path about the same queueing delay D, so that the chunks of one message
-// finish together on fast and slow paths: a path's window is its rate times D, at least one
-// chunk. D is the larger of kTargetDelaySec and the time the slowest usable path needs for
-// one chunk (its window can be no smaller), at most kMaxDelaySec. kTargetDelaySec covers an
-// acknowledgement's round trip through both proxies, so a path is not left idle waiting for
-// one; on shaped veth rails a few milliseconds did best (docs/performance.md, "Several
-// rails"). A path slower than 1/kUsableRatio of the fastest does not set D: it still takes
-// part with a window of one chunk, but the others' windows are not stretched to match it.
+// Every path gets about the same queueing delay D, so that the chunks of one message finish
+// together on fast and slow paths: a path takes a chunk while the data ahead on its rail
+// (RailShare::ahead, every connection's) would take less than D at the rail's rate, so it
+// holds about its rate times D, and at least one chunk. D is the larger of kTargetDelaySec
+// and the time the slowest usable path needs for one chunk, at most kMaxDelaySec.
+// kTargetDelaySec keeps every path busy while the proxies turn around; on shaped veth rails
+// a few milliseconds did best (docs/performance.md, "Several rails"). A path slower than
+// 1/kUsableRatio of the fastest does not set D: it still takes part, one chunk at a time,
+// but the others' queues are not stretched to match it.
 constexpr double kTargetDelaySec = 0.002;
 constexpr double kMaxDelaySec = 0.05;
 constexpr double kUsableRatio = 8;
-constexpr double kSampleSec = 0.001;  // busy time per rate sample
 // A path is late (multipath_conn.h) after kLateFactor times what its chunks in flight and
 // one more should take at its rate, and at least kLateMinSec: well above the few
 // milliseconds an acknowledgement can wait behind the other direction's data on a shaped
@@ -67,9 +67,15 @@ MultipathConn::MultipathConn(bool sender, std::vector<sock::Socket> socks, std::
     p.in.resize(sender ? kSenderInBytes : kRec);
     p.out.reserve(8 * kRec);
     p.window = 4 * cfg_.chunkBytes;  // until the first rate sample
+    if (sender) p.rail = cfg_.rails != nullptr ? cfg_.rails->get(p.label) : std::make_shared<RailShare>();
   }
   for (MpRequest& r : pool_) r.conn = this;
   if (!sender) sink_.resize(kSinkBytes);
+}
+
+MultipathConn::~MultipathConn() {
+  for (Path& p : paths_)
+    if (p.rail != nullptr) p.rail->forget(p.unackedBytes);
 }
 
 int MultipathConn::livePaths() const {
@@ -245,17 +251,19 @@ Status MultipathConn::sendAll() {
   // leaves the rest to the others.
   for (size_t i = 0; i < paths_.size(); ++i)
     if (paths_[i].alive) SNCCL_TRY(sendPath(i, false));
-  auto fill = [&](size_t i) { return double(paths_[i].unackedBytes) / double(paths_[i].window); };
   for (bool any = true; any;) {
     any = false;
+    // Fill is read once per path: other connections on the same rails change it meanwhile
+    // (from other threads), and a sort needs keys that hold still.
     order64_.clear();
     for (size_t i = 0; i < paths_.size(); ++i) {
       const Path& p = paths_[i];
-      if (p.alive && !p.late && !p.writing && p.outOff == p.out.size() && p.unackedBytes < p.window)
-        order64_.push_back(i);
+      if (!p.alive || p.late || p.writing || p.outOff < p.out.size()) continue;
+      const double f = fill(p);
+      if (f < 1) order64_.push_back({f, i});
     }
-    std::sort(order64_.begin(), order64_.end(), [&](size_t a, size_t b) { return fill(a) < fill(b); });
-    for (size_t i : order64_) {
+    std::sort(order64_.begin(), order64_.end());
+    for (auto [f, i] : order64_) {
       if (!soonest(i)) continue;
       bool took = false;
       SNCCL_TRY(sendPath(i, true, &took));
@@ -265,14 +273,19 @@ Status MultipathConn::sendAll() {
   return OkStatus();
 }
 
+double MultipathConn::fill(const Path& p) const {
+  if (p.rate <= 0 || alone_ || delay_ <= 0) return double(p.unackedBytes) / double(p.window);
+  return p.unackedBytes >= kMaxWindow ? 1 : p.rail->ahead() / delay_;
+}
+
 bool MultipathConn::soonest(size_t i) const {
   const Path& p = paths_[i];
   if (p.rate <= 0) return true;  // no estimate yet: it takes chunks to get one
   const double c = double(cfg_.chunkBytes);
-  const double mine = (double(p.unackedBytes) + c) / p.rate;
+  const double mine = p.rail->ahead() + c / p.rate;
   for (size_t j = 0; j < paths_.size(); ++j) {
     const Path& q = paths_[j];
-    if (j != i && q.alive && !q.late && q.rate > 0 && (double(q.unackedBytes) + c) / q.rate < mine) return false;
+    if (j != i && q.alive && !q.late && q.rate > 0 && q.rail->ahead() + c / q.rate < mine) return false;
   }
   return true;
 }
@@ -287,9 +300,11 @@ Status MultipathConn::sendPath(size_t i, bool pull, bool* took) {
         SNCCL_TRY(flushOut(p, i));
         if (!p.alive || p.outOff < p.out.size()) return OkStatus();
       }
-      if (!pull || byeSent_ || closing_ || p.late || p.unackedBytes >= p.window) return OkStatus();
+      const Clock::time_point now = Clock::now();
+      if (!pull || byeSent_ || closing_ || p.late || fill(p) >= 1) return OkStatus();
       ChunkRef c;
       if (!pullChunk(&c)) return OkStatus();
+      p.rail->sent(c.len, now);
       pull = false;  // one new chunk per call
       if (took != nullptr) *took = true;
       MpRecord h = record(sockwire::kMpChunk);
@@ -303,7 +318,7 @@ Status MultipathConn::sendPath(size_t i, bool pull, bool* took) {
       p.cur = c;
       p.wdone = 0;
       p.writing = true;
-      if (p.unacked.empty()) p.lastProgress = Clock::now();
+      if (p.unacked.empty()) p.lastProgress = now;
       p.unacked.push_back(c);
       p.unackedBytes += c.len;
     }
@@ -333,6 +348,7 @@ Status MultipathConn::flushOut(Path& p, size_t i) {
   if (!sender_ && p.ackQueued > p.ackWritten && p.outOff == p.out.size()) {
     MpRecord a = record(sockwire::kMpAck);
     a.seq = p.ackQueued;
+    a.total = uint64_t(steadyNs(Clock::now()));
     queueRecord(p, &a);
     p.ackWritten = p.ackQueued;
   }
@@ -441,7 +457,7 @@ Status MultipathConn::handleRecord(size_t i, const char* raw) {
       if (!sender_) return protocol("an acknowledgement sent to the receiving end");
       if (rec.seq < p.acked || rec.seq - p.acked > p.unacked.size() - (p.writing ? 1 : 0))
         return protocol("acknowledgement of chunks never sent");
-      ackChunks(p, rec.seq, now);
+      ackChunks(p, rec.seq, int64_t(rec.total), now);
       return OkStatus();
     case sockwire::kMpPing: {
       if (sender_) return protocol("a ping sent to the sending end");
@@ -546,7 +562,7 @@ bool MultipathConn::awaited(const ChunkRef& c) {
   return r->used && r->seq == c.seq && !r->complete && !r->has(c.index);
 }
 
-void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
+void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::time_point now) {
   uint64_t bytes = 0;
   for (uint64_t n = p.acked; n < count; ++n) {
     ChunkRef c = p.unacked.front();
@@ -566,16 +582,10 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, Clock::time_point now) {
   p.unackedBytes -= bytes;
   p.bytes += bytes;
   p.acked = count;
-  // Rate: bytes acknowledged per second of time with chunks outstanding.
-  p.sampleBytes += bytes;
-  p.sampleSec += seconds(now - p.lastProgress);
   p.lastProgress = now;
   p.pinged = false;
-  if (p.sampleSec >= kSampleSec) {
-    const double sample = double(p.sampleBytes) / p.sampleSec;
-    p.rate = p.rate == 0 ? sample : 0.75 * p.rate + 0.25 * sample;
-    p.sampleBytes = 0;
-    p.sampleSec = 0;
+  if (p.rail->acked(bytes, now, stampNs) || p.rate != p.rail->rate()) {
+    p.rate = p.rail->rate();
     setWindows();
   } else if (wasLate) {
     setWindows();
@@ -587,7 +597,8 @@ void MultipathConn::setWindows() {
   // nothing to balance against, and a window of a few milliseconds would leave it idle
   // while an acknowledgement crosses back.
   const auto usable = [](const Path& q) { return q.alive && !q.late; };
-  if (std::count_if(paths_.begin(), paths_.end(), usable) == 1) {
+  alone_ = std::count_if(paths_.begin(), paths_.end(), usable) == 1;
+  if (alone_) {
     std::find_if(paths_.begin(), paths_.end(), usable)->window = kMaxWindow;
     return;
   }
@@ -599,6 +610,7 @@ void MultipathConn::setWindows() {
   for (const Path& q : paths_)
     if (q.alive && q.rate * kUsableRatio >= fastest) delay = std::max(delay, double(cfg_.chunkBytes) / q.rate);
   delay = std::min(delay, kMaxDelaySec);
+  delay_ = delay;
   for (Path& q : paths_) {
     if (!q.alive || q.rate <= 0) continue;
     q.window = std::clamp(size_t(q.rate * delay), cfg_.chunkBytes, kMaxWindow);
@@ -662,7 +674,9 @@ bool MultipathConn::heardSincePing(size_t i, bool usable) const {
 
 double MultipathConn::lateAfterSec(const Path& p) const {
   if (p.rate <= 0) return kLateMinSec;
-  return std::max(kLateMinSec, kLateFactor * (double(p.unackedBytes) + double(cfg_.chunkBytes)) / p.rate);
+  // Its chunks queue behind every connection's on the rail.
+  const size_t queued = std::max(p.unackedBytes, p.rail->unacked());
+  return std::max(kLateMinSec, kLateFactor * (double(queued) + double(cfg_.chunkBytes)) / p.rate);
 }
 
 void MultipathConn::resendFrom(Path& p) {
@@ -686,6 +700,7 @@ Status MultipathConn::pathFailed(size_t i, const Status& why) {
   p.unacked.clear();
   p.resent = 0;
   p.late = false;
+  if (sender_) p.rail->forget(p.unackedBytes);
   p.unackedBytes = 0;
   p.writing = false;
   p.reading = false;

@@ -10,12 +10,16 @@
 // receiver writes each CTS on every live path and the sender keeps the first copy, so a
 // credit survives the loss of any path but the last.
 //
-// Room on a path is a window of unacknowledged bytes: the path's delivery rate (an
-// average over its acknowledgements) times a delay that all paths share, at least one
-// chunk; a path left alone (the others late or dead) has no such limit. A path with room
-// still leaves a chunk to another that would deliver it sooner after what it already has
-// in flight. A path that slows down gets fewer chunks, one that recovers more; all paths
-// have about the same queueing delay, so the chunks of one message finish together
+// Room on a path is time: the data ahead of a new chunk on the path's rail, at the rail's
+// delivery rate, must take less than a delay that all paths share (one chunk at least). A
+// rail is what the paths between the same two addresses share, over every connection of
+// the Net (RailShare): they queue at the same links, so the data ahead counts all of their
+// unacknowledged bytes. Acknowledgements carry the receiver's clock, so the bytes that
+// arrived and whose acknowledgement still waits behind the other direction's data are not
+// counted as ahead. A path left alone (the others late or dead) has no such limit. A path
+// with room still leaves a chunk to another that would deliver it sooner after what is
+// ahead of it. A path that slows down gets fewer chunks, one that recovers more; all
+// paths have about the same queueing delay, so the chunks of one message finish together
 // (requests complete in order: one late chunk holds up every message after it).
 //
 // A send completes when all its chunks are acknowledged (not when they are written): so a
@@ -45,10 +49,13 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/socket.h"
+#include "transport/net/socket/rail_share.h"
 #include "transport/net/socket/socket_conn.h"
 
 namespace snccl::net::socknet {
@@ -56,6 +63,9 @@ namespace snccl::net::socknet {
 struct MultipathConfig {
   size_t chunkBytes = 128 * 1024;  // from the receiver's handle: both ends use the same
   int stallMs = 1000;              // SNCCL_SOCKET_PATH_TIMEOUT
+  // The Net's rails: a sender's paths between the same addresses share one RailShare
+  // (null: each path has its own).
+  std::shared_ptr<RailBook> rails;
 };
 
 class MultipathConn;
@@ -92,6 +102,7 @@ class MultipathConn {
   using Clock = std::chrono::steady_clock;
   // Every socket is a path, named in messages by its addresses.
   MultipathConn(bool sender, std::vector<sock::Socket> socks, std::string what, MultipathConfig cfg);
+  ~MultipathConn();
   MultipathConn(const MultipathConn&) = delete;
   MultipathConn& operator=(const MultipathConn&) = delete;
 
@@ -166,10 +177,9 @@ class MultipathConn {
     Clock::time_point lastHeard{};     // last record of any kind from the receiver
     bool pinged = false;
     Clock::time_point pingAt{};
-    double rate = 0;  // bytes per second
+    std::shared_ptr<RailShare> rail;  // backlog and rate, with other connections' paths
+    double rate = 0;                  // rail->rate() at the last acknowledgement
     size_t window = 0;
-    uint64_t sampleBytes = 0;  // acknowledged since the last rate sample
-    double sampleSec = 0;      // busy time since the last rate sample
     // Receiver: the chunk being read.
     bool reading = false;
     char* dst = nullptr;  // null: read into the sink
@@ -182,8 +192,10 @@ class MultipathConn {
 
   Status progress();
   Status sendAll();
+  // Sender: how much of path p's room is in use (below 1: it may take a chunk).
+  double fill(const Path& p) const;
   // Whether path i would deliver a new chunk no later than any other path could, after
-  // what each has in flight (at its rate): a slow path takes a chunk only when the faster
+  // what each has ahead of it (at its rate): a slow path takes a chunk only when the faster
   // ones are that far behind, so it does not hold up the message the chunk belongs to.
   bool soonest(size_t i) const;
   // Writes what path i has under way; with `pull`, then at most one new chunk (*took).
@@ -193,7 +205,7 @@ class MultipathConn {
   Status handleRecord(size_t i, const char* rec);
   Status startChunk(size_t i, const char* rec);
   void chunkDone(size_t i);
-  void ackChunks(Path& p, uint64_t count, Clock::time_point now);
+  void ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::time_point now);
   // Sender: whether c's message still waits for c (not acknowledged on any path).
   static bool awaited(const ChunkRef& c);
   // Sender: queues path i's unacknowledged chunks from `resent` on for the other paths.
@@ -229,7 +241,10 @@ class MultipathConn {
   bool wantCredit_ = false;
   uint64_t resentChunks_ = 0;
   uint64_t duplicateBytes_ = 0;
-  std::vector<size_t> order64_;  // sendAll's scratch: paths that may take a chunk
+  // sendAll's scratch: the paths that may take a chunk, with their fill.
+  std::vector<std::pair<double, size_t>> order64_;
+  double delay_ = 0;    // setWindows(): the queueing delay every path gets (D)
+  bool alone_ = false;  // setWindows(): one usable path, with kMaxWindow
   std::vector<char> sink_;
   uint32_t peerAbort_ = 0;
   bool peerBye_ = false;

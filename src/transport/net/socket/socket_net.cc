@@ -34,11 +34,9 @@ static_assert(sizeof(sockwire::HandleWire) <= kStageOffset, "handle wire overlap
 // Adaptive routing's chunk size when SNCCL_SOCKET_CHUNKSIZE is 0. Requests complete in
 // order, so a message waits for its last chunk: with more than two paths, a 512 KiB slot
 // (the default) cut into 128 KiB chunks is one chunk per path, and a path a little behind
-// holds up the message; 32 KiB chunks let the others take up the slack. With two paths,
-// chunks that small cost a bidirectional exchange about 40% (a path's acknowledgements
-// wait behind the other direction's data and make it look slower than it is; in some runs
-// each direction ends up on a rail of its own), and 128 KiB does best. Measured on
-// tbf-shaped veth rails: docs/performance.md, "Several rails".
+// holds up the message; 32 KiB chunks let the others take up the slack. With two paths
+// both sizes do as well on tbf-shaped veth rails (docs/performance.md, "Several rails"),
+// and 128 KiB costs a quarter of the records and system calls per byte.
 size_t defaultChunkBytes(int paths) { return paths > 2 ? size_t(32) << 10 : size_t(128) << 10; }
 
 // Either end of a connection: a Conn (static routing) or a MultipathConn (adaptive).
@@ -244,6 +242,7 @@ class SocketNet : public Net {
     if (socks.ok() && socks.value().empty()) return OkStatus();
     std::string what = "send to " + c->target().toString();
     MultipathConfig mp = mpConfig_;
+    mp.rails = railBook_;
     mp.chunkBytes = c->chunkBytes();  // the receiver's
     const bool adaptive = c->adaptive();
     const int rails = c->rails();
@@ -380,6 +379,8 @@ class SocketNet : public Net {
   int nstreams_ = 1;       // per rail
   bool adaptive_ = false;
   MultipathConfig mpConfig_;
+  // The rails of every connection this Net makes (one Net per process).
+  const std::shared_ptr<RailBook> railBook_ = std::make_shared<RailBook>();
   socknet::SocketTuning tuning_;
 };
 

@@ -79,7 +79,7 @@ static_assert(sizeof(Frame) == 24);
 enum MpType : uint16_t {
   kMpChunk = 1,  // sender: a chunk of message `seq` at `offset`; `len` payload bytes follow
   kMpCts = 2,    // receiver: receive number `seq` is posted for `total` bytes with `tag`
-  kMpAck = 3,    // receiver: this path delivered `seq` chunks so far
+  kMpAck = 3,    // receiver: this path delivered `seq` chunks so far; `total`: its steady clock (ns)
   kMpPing = 4,   // sender: answer on this path
   kMpPong = 5,   // receiver: the answer
   kMpDrop = 6,   // either end: path `path` is dead; stop using it
@@ -92,7 +92,7 @@ struct MpRecord {
   uint16_t path;
   uint32_t imm;     // CHUNK: the message's imm; ABORT: the code
   uint64_t seq;
-  uint64_t total;   // CHUNK: message bytes; CTS: posted bytes
+  uint64_t total;   // CHUNK: message bytes; CTS: posted bytes; ACK: the receiver's clock
   uint64_t offset;  // CHUNK: where the payload goes
   int32_t tag;
   uint32_t len;     // CHUNK: payload bytes that follow

@@ -1,0 +1,85 @@
+// A rail's backlog and delivery rate, shared by every connection's path over it.
+#include "transport/net/socket/rail_share.h"
+
+#include <algorithm>
+
+namespace snccl::net::socknet {
+
+namespace {
+
+constexpr double kSampleSec = 0.001;  // busy time per rate sample
+constexpr auto kLagPeriod = std::chrono::seconds(5);
+// At most this much of the data ahead is taken for acknowledgements on their way back: a
+// peer whose clock jumps must not make a rail look empty for good.
+constexpr double kMaxLagSec = 0.05;
+
+double seconds(RailShare::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+int64_t steadyNs(RailShare::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+void RailShare::sent(size_t len, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unacked_ == 0) lastProgress_ = now;
+  unacked_ += len;
+}
+
+bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unacked_ -= std::min(unacked_, bytes);
+  // Unsigned: the two clocks are unrelated, and the peer's stamp is not trusted.
+  const int64_t oneWay = int64_t(uint64_t(steadyNs(now)) - uint64_t(stampNs));
+  if (now - periodStart_ >= kLagPeriod) {
+    leastBefore_ = leastNow_;
+    leastNow_ = INT64_MAX;
+    periodStart_ = now;
+  }
+  leastNow_ = std::min(leastNow_, oneWay);
+  lag_ = std::min(kMaxLagSec, 1e-9 * (double(oneWay) - double(std::min(leastNow_, leastBefore_))));
+  // Rate: bytes acknowledged per second of time with chunks outstanding.
+  sampleBytes_ += bytes;
+  sampleSec_ += seconds(now - lastProgress_);
+  lastProgress_ = now;
+  if (sampleSec_ < kSampleSec) return false;
+  const double sample = double(sampleBytes_) / sampleSec_;
+  rate_ = rate_ == 0 ? sample : 0.75 * rate_ + 0.25 * sample;
+  sampleBytes_ = 0;
+  sampleSec_ = 0;
+  return true;
+}
+
+void RailShare::forget(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unacked_ -= std::min(unacked_, bytes);
+}
+
+double RailShare::rate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rate_;
+}
+
+size_t RailShare::unacked() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unacked_;
+}
+
+double RailShare::ahead() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rate_ <= 0) return 0;
+  return std::max(0.0, double(unacked_) / rate_ - lag_);
+}
+
+std::shared_ptr<RailShare> RailBook::get(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<RailShare> r = rails_[key].lock();
+  if (r == nullptr) {
+    r = std::make_shared<RailShare>();
+    rails_[key] = r;
+  }
+  return r;
+}
+
+}  // namespace snccl::net::socknet

@@ -1,0 +1,68 @@
+// What the paths of different connections between the same two addresses share: they
+// queue at the same links (the same NICs, the same shaper), so one connection's backlog
+// delays another's chunks, and a rate that one connection measures alone is not what it
+// gets while others send. MultipathConn schedules against a RailShare's backlog and rate,
+// which count every connection's chunks on the rail.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace snccl::net::socknet {
+
+class RailShare {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // A chunk of `len` bytes was given to a path on this rail.
+  void sent(size_t len, Clock::time_point now);
+  // `bytes` were acknowledged on a path of this rail by an acknowledgement that the
+  // receiver wrote at `stampNs` on its own steady clock; true when the rate was updated.
+  bool acked(size_t bytes, Clock::time_point now, int64_t stampNs);
+  // `bytes` given to a path of this rail will never be acknowledged there (it failed, or
+  // its connection ended).
+  void forget(size_t bytes);
+  // Bytes per second the rail delivers (0 until the first sample).
+  double rate() const;
+  // Bytes given to the rail's paths and not yet acknowledged, over every connection.
+  size_t unacked() const;
+  // Seconds of data ahead of a new chunk (0 while the rate is unknown): the
+  // unacknowledged bytes at the rail's rate, less what arrived and is only waiting for
+  // its acknowledgement: how much longer than its quickest the last acknowledgement took
+  // to come back (it waits behind the other direction's data on the same links).
+  double ahead() const;
+
+ private:
+  mutable std::mutex mu_;
+  double rate_ = 0;
+  size_t unacked_ = 0;
+  Clock::time_point lastProgress_{};  // last acknowledgement, or when unacked_ became non-zero
+  uint64_t sampleBytes_ = 0;          // acknowledged since the last rate sample
+  double sampleSec_ = 0;              // busy time since the last rate sample
+  // Acknowledgements' one-way delay plus the two clocks' offset, in ns: the least of this
+  // period and of the last (periods of kLagPeriod, so that clocks that drift apart are
+  // followed), and the last one's excess over that least, in seconds.
+  int64_t leastNow_ = INT64_MAX;
+  int64_t leastBefore_ = INT64_MAX;
+  Clock::time_point periodStart_{};
+  double lag_ = 0;
+};
+
+// The rails of one Net instance, by the path's addresses ("local -> peer").
+class RailBook {
+ public:
+  std::shared_ptr<RailShare> get(const std::string& key);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<RailShare>> rails_;
+};
+
+// The steady clock in ns, as acknowledgements carry it.
+int64_t steadyNs(RailShare::Clock::time_point t);
+
+}  // namespace snccl::net::socknet

@@ -1,0 +1,95 @@
+// What the paths of different connections between the same two addresses share
+// (transport/net/socket/rail_share.h): the data ahead of a new chunk at the rail's rate,
+// less the extra time acknowledgements take to come back, on clocks of any offset; the
+// bytes of a failed path or an ended connection given back; one rail per address pair.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "transport/net/socket/rail_share.h"
+
+namespace snccl::net::socknet {
+namespace {
+
+using Clock = RailShare::Clock;
+using std::chrono::milliseconds;
+constexpr size_t kMB = 1000 * 1000;
+
+// The receiver's clock: `offsetNs` from ours, and an acknowledgement written `oneWayMs`
+// before it arrives at `at`.
+int64_t stamp(Clock::time_point at, double oneWayMs, int64_t offsetNs) {
+  return int64_t(uint64_t(steadyNs(at)) - uint64_t(oneWayMs * 1e6) + uint64_t(offsetNs));  // wraps
+}
+
+void checkLagIsTakenOff(int64_t offsetNs) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(4 * kMB, t0);
+  EXPECT_EQ(r.unacked(), 4 * kMB);
+  EXPECT_EQ(r.ahead(), 0) << "no rate yet";
+  // 1 MB in 10 ms: 100 MB/s; the quickest acknowledgement so far, so nothing is taken off.
+  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, offsetNs)));
+  EXPECT_NEAR(r.rate(), 100e6, 1e3);
+  EXPECT_NEAR(r.ahead(), 0.030, 1e-6);  // 3 MB at 100 MB/s
+  // The next one waited 4 ms longer on its way back: 4 ms of what is unacknowledged has
+  // arrived already.
+  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(20), stamp(t0 + milliseconds(20), 5, offsetNs)));
+  EXPECT_NEAR(r.rate(), 100e6, 1e3);
+  EXPECT_NEAR(r.ahead(), 0.020 - 0.004, 1e-6);
+  // Back to the quickest: nothing is taken off again.
+  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(30), stamp(t0 + milliseconds(30), 1, offsetNs)));
+  EXPECT_NEAR(r.ahead(), 0.010, 1e-6);
+}
+
+TEST(RailShare, DataAheadIsTheUnacknowledgedBytesLessWhatOnlyWaitsForItsAcknowledgement) { checkLagIsTakenOff(0); }
+
+TEST(RailShare, TheReceiversClockMayBeAnywhere) {
+  checkLagIsTakenOff(3'600'000'000'000);  // an hour ahead
+  checkLagIsTakenOff(-7'000'000'000'000'000'000);
+  checkLagIsTakenOff(INT64_MAX);  // the difference wraps
+}
+
+TEST(RailShare, AClockThatJumpsTakesOffAtMostFiftyMilliseconds) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(20 * kMB, t0);
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0)));
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(20), stamp(t0 + milliseconds(20), 1, -1'000'000'000)));
+  EXPECT_NEAR(r.ahead(), 0.180 - 0.050, 1e-6);  // 18 MB at 100 MB/s, less the cap
+  // A bogus stamp is a number like any other.
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(30), INT64_MIN));
+  EXPECT_GE(r.ahead(), 0.170 - 0.050 - 1e-6);
+}
+
+TEST(RailShare, ForgottenBytesLeaveTheBacklog) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(3 * kMB, t0);
+  r.forget(kMB);
+  EXPECT_EQ(r.unacked(), 2 * kMB);
+  r.forget(5 * kMB);  // more than there is: none left, not a wrapped count
+  EXPECT_EQ(r.unacked(), 0u);
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0)));
+  EXPECT_EQ(r.unacked(), 0u);
+  EXPECT_EQ(r.ahead(), 0);
+}
+
+TEST(RailBook, PathsBetweenTheSameAddressesShareOneRail) {
+  RailBook book;
+  std::shared_ptr<RailShare> a = book.get("10.0.0.1 -> 10.0.0.2");
+  std::shared_ptr<RailShare> b = book.get("10.0.0.1 -> 10.0.0.2");
+  std::shared_ptr<RailShare> c = book.get("10.0.1.1 -> 10.0.1.2");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  a->sent(kMB, Clock::now());
+  EXPECT_EQ(b->unacked(), kMB);
+  // When no path holds a rail any more, the next connection starts afresh.
+  a.reset();
+  b.reset();
+  EXPECT_EQ(book.get("10.0.0.1 -> 10.0.0.2")->unacked(), 0u);
+}
+
+}  // namespace
+}  // namespace snccl::net::socknet
