@@ -31,10 +31,11 @@ constexpr size_t kRec = sizeof(MpRecord);
 constexpr double kTargetDelaySec = 0.002;
 constexpr double kMaxDelaySec = 0.05;
 constexpr double kUsableRatio = 8;
-// A path is late (multipath_conn.h) after kLateFactor times what its chunks in flight and
-// one more should take at its rate, and at least kLateMinSec: well above the few
-// milliseconds an acknowledgement can wait behind the other direction's data on a shaped
-// rail, so a path that is only busy is not taken for a stalled one.
+// A path is late (multipath_conn.h) after kLateFactor times what its rail's chunks in flight
+// (every connection's) and one more should take at the rail's rate, and at least
+// kLateMinSec: well above the few milliseconds an acknowledgement can wait behind the other
+// direction's data on a shaped rail, so a path that is only busy is not taken for a stalled
+// one.
 constexpr double kLateFactor = 4;
 constexpr double kLateMinSec = 0.025;
 constexpr size_t kMaxWindow = 16u << 20;
