@@ -49,8 +49,6 @@ MpRecord record(uint16_t type) {
   return r;
 }
 
-double seconds(MultipathConn::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 std::string pathLabel(const sock::Socket& s) {
   Result<sock::Address> local = s.localAddress();
   return (local.ok() ? local.value().hostString() : std::string("?")) + " -> " + s.peer().hostString();
@@ -585,8 +583,10 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::t
   p.acked = count;
   p.lastProgress = now;
   p.pinged = false;
-  if (p.rail->acked(bytes, now, stampNs) || p.rate != p.rail->rate()) {
-    p.rate = p.rail->rate();
+  const bool sampled = p.rail->acked(bytes, now, stampNs);
+  const double rate = p.rail->rate();  // also another connection's samples
+  if (sampled || rate != p.rate) {
+    p.rate = rate;
     setWindows();
   } else if (wasLate) {
     setWindows();

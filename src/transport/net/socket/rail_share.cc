@@ -13,9 +13,9 @@ constexpr auto kLagPeriod = std::chrono::seconds(5);
 // peer whose clock jumps must not make a rail look empty for good.
 constexpr double kMaxLagSec = 0.05;
 
-double seconds(RailShare::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 }  // namespace
+
+double seconds(RailShare::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int64_t steadyNs(RailShare::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

@@ -64,5 +64,7 @@ class RailBook {
 
 // The steady clock in ns, as acknowledgements carry it.
 int64_t steadyNs(RailShare::Clock::time_point t);
+// A span of the steady clock in seconds.
+double seconds(RailShare::Clock::duration d);
 
 }  // namespace snccl::net::socknet
