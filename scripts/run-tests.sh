@@ -28,7 +28,7 @@ install_deps
 fail=0
 
 stage release "release build and all tests but the rdma-labelled ones"
-configure build
+configure build -DCMAKE_BUILD_TYPE=Release
 build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE rdma || fail=1
 
