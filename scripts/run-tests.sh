@@ -7,8 +7,8 @@
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
 # 1.5 minutes more than without); then a ThreadSanitizer build in build-tsan/ runs the tests
-# whose ranks are threads (label tsan, tests/CMakeLists.txt says what it leaves out; about 10
-# minutes, half of it the build); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
+# whose ranks are threads (label tsan, tests/CMakeLists.txt says what it leaves out; about 5
+# minutes, a third of it the build); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
 # each over its seeds and 20 s of fuzzing, two at a time (scripts/fuzz.sh; about 2 minutes;
 # SKIP without clang). Tests fork processes and spin: at most -j2.
 # A failed build or test does not stop the rest; the exit status reports any failure. The
