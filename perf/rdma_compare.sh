@@ -3,11 +3,12 @@
 # QEMU guest of tests/rdma/rxe_vm.sh (loopback RoCE on rxe0), measured in interleaved
 # rounds so that both see the same machine load; prints the median of each.
 #
-#   perf/rdma_compare.sh [-r ROUNDS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-x]
+#   perf/rdma_compare.sh [-r ROUNDS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-e 'VAR=v ...'] [-x]
 #
 # (default 3 rounds, build/). -a: every sn_*_perf row again with another build (rows named
 # LABEL@DIR), in the same rounds, for an A/B of two versions on the same device and load.
-# -x: leave out the UCX rows.
+# -e: every sn_*_perf row again with these settings in the ranks' environment (rows named
+# LABEL@env), e.g. -e 'SNCCL_NET_STEPS=4 SNCCL_NET_BUFFSIZE=2M'. -x: leave out the UCX rows.
 #
 # Rows:
 #   ib_write_bw SIZE       perftest, one direction, average MB/s
@@ -29,16 +30,17 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rounds=3 build=build other= noucx=
+rounds=3 build=build other= noucx= settings=
 if [ "${1:-}" = --guest ]; then
   guest=1
   shift
 fi
-while getopts "r:b:a:xh" o; do
+while getopts "r:b:a:e:xh" o; do
   case $o in
     r) rounds=$OPTARG ;;
     b) build=$OPTARG ;;
     a) other=$OPTARG ;;
+    e) settings=$OPTARG ;;
     x) noucx=1 ;;
     *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
@@ -47,7 +49,7 @@ done
 if [ -z "${guest:-}" ]; then
   cd "$ROOT"
   exec tests/rdma/rxe_vm.sh single -t 1500 -- \
-    "perf/rdma_compare.sh --guest -r $rounds -b $build${other:+ -a $other}${noucx:+ -x}"
+    "perf/rdma_compare.sh --guest -r $rounds -b $build${other:+ -a $other}${settings:+ -e '$settings'}${noucx:+ -x}"
 fi
 
 # ---- in the guest ----------------------------------------------------------------------
@@ -78,17 +80,18 @@ snperf() {  # TOOL LABEL EXTRA_ARGS...: with $build, then with $other as LABEL@$
   shift 2
   snperf_with "$build" "$tool" "$label" "$@"
   [ -z "$other" ] || snperf_with "$other" "$tool" "$label@$other" "$@"
+  [ -z "$settings" ] || SETTINGS=$settings snperf_with "$build" "$tool" "$label@env" "$@"
 }
 
-snperf_with() {  # BUILD TOOL LABEL EXTRA_ARGS...
+snperf_with() {  # BUILD TOOL LABEL EXTRA_ARGS...; SETTINGS: more VAR=value words for env
   local build=$1 tool=$2 label=$3
   shift 3
   local common=(-b 1M -e 4M -f 4 -n 8 -w 2 "$@")
-  # shellcheck disable=SC2046  # netenv's words are separate assignments
-  env $(netenv) SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
+  # shellcheck disable=SC2046,SC2086  # netenv's and SETTINGS' words are separate assignments
+  env $(netenv) ${SETTINGS:-} SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
     WORLD_SIZE=2 RANK=1 SNCCL_HOSTID=b "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r1" 2>&1 &
-  # shellcheck disable=SC2046
-  env $(netenv) SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
+  # shellcheck disable=SC2046,SC2086
+  env $(netenv) ${SETTINGS:-} SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
     WORLD_SIZE=2 RANK=0 SNCCL_HOSTID=a "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r0" 2>&1 || true
   wait || true
   # bytes / time (column 6, us) = MB/s: busbw for sendrecv and for allreduce on 2 ranks

@@ -193,7 +193,7 @@ int printModel(int nranks, int nnodes, bool threads) {
     std::fprintf(stderr, "sn_info --model: need 1 <= --nodes <= --nranks\n");
     return 2;
   }
-  Result<SlotGeometry> geometry = slotGeometry(nnodes > 1);
+  Result<SlotGeometry> geometry = slotGeometry(nnodes > 1, nnodes > 1 ? processNetSlotDefaults() : net::SlotDefaults{});
   if (!geometry.ok()) {
     std::fprintf(stderr, "sn_info --model: %s\n", geometry.status().message().c_str());
     return 2;

@@ -188,13 +188,12 @@ Status planConnections(ncclComm* comm) {
     comm->conns.incastSenders = int(params::getIntClamped(params::Id::IncastSenders, 0, INT32_MAX));
     comm->conns.incastMinBytes = size_t(params::getIntClamped(params::Id::IncastMinBytes, 0, INT64_MAX));
   }
-  SNCCL_ASSIGN_OR_RETURN(const SlotGeometry geometry, slotGeometry(spansNodes));
+  SNCCL_ASSIGN_OR_RETURN(const SlotGeometry geometry,
+                         slotGeometry(spansNodes, spansNodes ? processNetSlotDefaults() : net::SlotDefaults{}));
   comm->conns.nsteps = geometry.nsteps;
   comm->conns.slotBytes = geometry.slotBytes;
-  SN_INFO(log::kInit, "rank %d: %u slots of %u B per connection (%s=%lld, %s=%lld; ranks %s)", comm->rank,
-          comm->conns.nsteps, comm->conns.slotBytes, params::def(geometry.stepsFrom).name,
-          (long long)params::getInt(geometry.stepsFrom), params::def(geometry.buffFrom).name,
-          (long long)params::getInt(geometry.buffFrom), spansNodes ? "span nodes" : "on one node");
+  SN_INFO(log::kInit, "rank %d: %u slots of %u B per connection (%s; ranks %s)", comm->rank, comm->conns.nsteps,
+          comm->conns.slotBytes, describe(geometry).c_str(), spansNodes ? "span nodes" : "on one node");
   SN_INFO(log::kInit, "rank %d: rings to ranks on this node publish %s", comm->rank,
           comm->peers.info[comm->rank].processBarrier
               ? "without a full fence where the peer's process is registered too; a rank about to sleep calls "

@@ -16,6 +16,7 @@
 #include "mp/user_buffers.h"
 #include "net/net_checks.h"
 #include "net/net_cluster.h"
+#include "net/net_log.h"
 #include "transport/net/ib/ib_verbs.h"
 
 namespace {
@@ -63,10 +64,17 @@ Cluster ibCluster(int nranks, int perNode = 1) {
   return c;
 }
 
+// Also: the IB net's own slot geometry (NCCL's 8 x 512 KiB, net::Net::slotDefaults) on
+// every rank when the user set none.
 TEST(IbRanks, TwoNodes) {
   SKIP_UNLESS_RDMA();
-  Outcome o = nettest::runCluster(ibCluster(2), checkAll(kCounts));
-  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  const std::string all = nettest::runLogged(ibCluster(2), "INIT", checkAll(kCounts));
+  const std::string want =
+      "8 slots of 524288 B per connection (SNCCL_NET_STEPS=8, SNCCL_NET_BUFFSIZE=4194304, the net's defaults; "
+      "ranks span nodes)";
+  size_t lines = 0;
+  for (size_t at = all.find(want); at != std::string::npos; at = all.find(want, at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u) << all;
 }
 
 TEST(IbRanks, ThreeNodes) {

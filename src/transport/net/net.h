@@ -36,6 +36,14 @@
 
 namespace snccl::net {
 
+// The slot geometry a net asks for on communicators whose ranks span nodes, in place of
+// the parameter table's SNCCL_NET_STEPS and SNCCL_NET_BUFFSIZE defaults (values the user
+// set still win). Zero: the table's.
+struct SlotDefaults {
+  uint32_t steps = 0;
+  uint64_t buffBytes = 0;
+};
+
 // Pointer kinds a device can send from / receive into (ncclNetProperties_t::ptrSupport).
 enum PtrSupport : int { kPtrHost = 0x1, kPtrCuda = 0x2, kPtrDmaBuf = 0x4 };
 
@@ -198,6 +206,11 @@ class Net {
   // drives the comm. False: the plugin cannot tell (the connection's link then stands
   // for its one rail).
   virtual bool railBytes(const Comm* /*comm*/, std::vector<RailBytes>* /*out*/) const { return false; }
+
+  // Not in ncclNet: see SlotDefaults. The table's values were chosen on TCP, where every
+  // message costs a round of system calls; a net whose messages cost something else says
+  // what suits it here.
+  virtual SlotDefaults slotDefaults() const { return {}; }
 };
 
 // One line of the plugin table.

@@ -146,10 +146,12 @@ Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob*
 
 Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const ConnBlob& blob) {
   if (blob.words[0] != req.nsteps || blob.words[1] != req.slotBytes)
-    return InvalidUsage("rank %d and rank %d disagree on connection geometry (%u x %u vs %llu x %llu bytes): "
-                        "set SNCCL_STEPS/SNCCL_BUFFSIZE identically on all ranks",
-                        req.rank, req.peer, req.nsteps, req.slotBytes, (unsigned long long)blob.words[0],
-                        (unsigned long long)blob.words[1]);
+    return InvalidUsage(
+        "rank %d and rank %d disagree on connection geometry (%u x %u vs %llu x %llu bytes): "
+        "set SNCCL_STEPS/SNCCL_BUFFSIZE (SNCCL_NET_STEPS/SNCCL_NET_BUFFSIZE across nodes) and "
+        "SNCCL_NET identically on all ranks",
+        req.rank, req.peer, req.nsteps, req.slotBytes, (unsigned long long)blob.words[0],
+        (unsigned long long)blob.words[1]);
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
   SNCCL_ASSIGN_OR_RETURN(
       auto ring, allocRing(req, true, params::getInt(params::Id::NetSendUserBuffers) != 0));

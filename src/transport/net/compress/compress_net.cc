@@ -207,6 +207,7 @@ class CompressNet final : public Net {
   bool usesUnregisteredHostMemory() const override { return inner_->usesUnregisteredHostMemory(); }
   Status deregMr(Comm* comm, MemHandle* mh) override { return inner_->deregMr(innerOf(comm), mh); }
   void forgetRange(const void* data, size_t size) override { inner_->forgetRange(data, size); }
+  SlotDefaults slotDefaults() const override { return inner_->slotDefaults(); }
 
   Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle* /*mh*/,
                Request** request) override {
