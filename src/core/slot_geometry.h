@@ -17,8 +17,7 @@ struct SlotGeometry {
   uint32_t slotBytes = 0;
   params::Id stepsFrom = params::Id::Steps;     // the parameters the values came from
   params::Id buffFrom = params::Id::BuffSize;
-  int64_t steps = 0;  // their values: set by the user, the net's default or the table's
-  int64_t buffBytes = 0;
+  int64_t buffBytes = 0;      // the bytes split into the slots: the user's, the net's or the table's
   bool stepsFromNet = false;  // the net's default (net::SlotDefaults), the parameter unset
   bool buffFromNet = false;
 };
