@@ -378,5 +378,77 @@ TEST(Multipath, CleanCloseIsAGoodbye) {
   EXPECT_TRUE(e.rx->peerClosed());
 }
 
+// The receiver takes a message and closes at once (a communicator destroyed right after
+// the peer's goodbye): the sender's request still completes, promptly, because the
+// receiver acknowledges what it took before its own goodbye.
+TEST(Multipath, ReceiverClosingRightAfterAMessageAcknowledgesIt) {
+  for (size_t size : {size_t(8), size_t(200000)}) {
+    SCOPED_TRACE(size);
+    Ends e;
+    openEnds(2, &e);
+    if (HasFatalFailure()) return;
+    std::vector<char> src = pattern(size, 7), dst(size);
+    auto r = e.rx->irecv(dst.data(), dst.size(), 0);
+    ASSERT_TRUE(r.ok() && r.value() != nullptr);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    MpRequest* s = nullptr;
+    while (s == nullptr && Clock::now() < deadline) {
+      auto k = e.tx->isend(src.data(), src.size(), 0, 0);
+      ASSERT_TRUE(k.ok()) << k.status().message();
+      s = k.value();
+    }
+    ASSERT_NE(s, nullptr);
+    bool done = false;
+    while (!done && Clock::now() < deadline) ASSERT_TRUE(e.rx->test(r.value(), &done, nullptr, nullptr).ok());
+    ASSERT_TRUE(done);
+    e.rx->close(0, 1000);
+    done = false;
+    Status st;
+    const auto start = Clock::now();
+    while (st.ok() && !done && Clock::now() < deadline) st = e.tx->test(s, &done, nullptr, nullptr);
+    EXPECT_TRUE(st.ok() && done) << (st.ok() ? "the send never completed" : st.message());
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
+// The receiver posts two receives, takes one message and closes: a message the sender
+// sends afterwards on the second credit fails once the receiver's goodbye has arrived on
+// every path, instead of waiting for acknowledgements that cannot come.
+TEST(Multipath, SendAfterTheReceiverClosedFailsPromptly) {
+  Ends e;
+  openEnds(2, &e);
+  if (HasFatalFailure()) return;
+  std::vector<char> src = pattern(1000, 3), dst0(1000), dst1(1000);
+  auto r0 = e.rx->irecv(dst0.data(), dst0.size(), 0);
+  auto r1 = e.rx->irecv(dst1.data(), dst1.size(), 0);
+  ASSERT_TRUE(r0.ok() && r0.value() != nullptr && r1.ok() && r1.value() != nullptr);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  MpRequest* s0 = nullptr;
+  while (s0 == nullptr && Clock::now() < deadline) {
+    auto k = e.tx->isend(src.data(), src.size(), 0, 0);
+    ASSERT_TRUE(k.ok()) << k.status().message();
+    s0 = k.value();
+  }
+  ASSERT_NE(s0, nullptr);
+  bool done = false;
+  while (!done && Clock::now() < deadline) ASSERT_TRUE(e.rx->test(r0.value(), &done, nullptr, nullptr).ok());
+  done = false;
+  while (!done && Clock::now() < deadline) ASSERT_TRUE(e.tx->test(s0, &done, nullptr, nullptr).ok());
+  ASSERT_TRUE(done);
+  e.rx->close(0, 1000);
+  // The send fails at once (the sender read the goodbye for want of a credit) or when
+  // tested.
+  const auto start = Clock::now();
+  auto k = e.tx->isend(src.data(), src.size(), 0, 0);
+  Status st = k.status();
+  done = false;
+  while (st.ok() && k.value() != nullptr && !done && Clock::now() < deadline)
+    st = e.tx->test(k.value(), &done, nullptr, nullptr);
+  EXPECT_FALSE(done) << "a message the receiver never took completed";
+  EXPECT_FALSE(st.ok()) << "the send hung after the receiver closed";
+  EXPECT_NE(st.message().find("the receiver closed the connection"), std::string::npos) << st.message();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
 }  // namespace
 }  // namespace snccl::net

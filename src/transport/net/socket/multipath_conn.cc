@@ -192,11 +192,15 @@ Status MultipathConn::test(MpRequest* r, bool* done, size_t* size, uint32_t* imm
   *done = false;
   if (r == nullptr || r->conn != this || !r->used) return InternalError("NET/Socket: test of an invalid request");
   Status s = progress();
-  // After the sender's goodbye on every path nothing more arrives: a receive still
-  // incomplete then never completes.
-  if (s.ok() && !sender_ && !r->complete && peerBye_) {
+  // After the peer's goodbye on every path nothing more arrives: a receive still
+  // incomplete then never completes, and a send never is acknowledged (a receiver
+  // acknowledges what it took before its goodbye, on the same path).
+  if (s.ok() && !r->complete && peerBye_) {
     bool more = std::any_of(paths_.begin(), paths_.end(), [](const Path& p) { return p.alive && !p.byeSeen; });
-    if (!more) s = fail(RemoteError("the sender closed the connection before the message this receive waits for"));
+    if (!more && sender_)
+      s = fail(RemoteError("the receiver closed the connection before it took this %zu-byte message", r->size));
+    else if (!more)
+      s = fail(RemoteError("the sender closed the connection before the message this receive waits for"));
   }
   if (!s.ok()) {
     releaseRequest(r);
@@ -343,14 +347,19 @@ Status MultipathConn::sendPath(size_t i, bool pull, bool* took) {
   }
 }
 
+void MultipathConn::queueAck(Path& p) {
+  if (sender_ || p.ackQueued == p.ackWritten) return;
+  MpRecord a = record(sockwire::kMpAck);
+  a.seq = p.ackQueued;
+  a.total = uint64_t(steadyNs(Clock::now()));
+  queueRecord(p, &a);
+  p.ackWritten = p.ackQueued;
+}
+
 Status MultipathConn::flushOut(Path& p, size_t i) {
-  if (!sender_ && p.ackQueued > p.ackWritten && p.outOff == p.out.size()) {
-    MpRecord a = record(sockwire::kMpAck);
-    a.seq = p.ackQueued;
-    a.total = uint64_t(steadyNs(Clock::now()));
-    queueRecord(p, &a);
-    p.ackWritten = p.ackQueued;
-  }
+  // One acknowledgement covers every chunk taken so far: queued only once the socket took
+  // the records before it, so that a slow path carries one, not one per pass.
+  if (p.outOff == p.out.size()) queueAck(p);
   while (p.outOff < p.out.size()) {
     Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
     if (!k.ok()) return pathFailed(i, k.status());
@@ -478,6 +487,7 @@ Status MultipathConn::handleRecord(size_t i, const char* raw) {
         MpRecord bye = record(sockwire::kMpBye);
         for (Path& q : paths_)
           if (q.alive) {
+            queueAck(q);
             queueRecord(q, &bye);
             q.shutAfterFlush = true;
           }
@@ -778,9 +788,14 @@ void MultipathConn::close(uint32_t abortCode, int lingerMs) {
     return;
   }
   if (!byeSent_) {
+    // A receiver acknowledges what it took first: the sender's sends complete, and one
+    // that finds the goodbye on every path before its acknowledgement never will (test()).
     MpRecord bye = record(sockwire::kMpBye);
     for (Path& p : paths_)
-      if (p.alive && !p.writing) queueRecord(p, &bye);
+      if (p.alive && !p.writing) {
+        queueAck(p);
+        queueRecord(p, &bye);
+      }
     byeSent_ = true;
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(lingerMs);

@@ -202,6 +202,7 @@ class MultipathConn {
   Status sendPath(size_t i, bool pull, bool* took = nullptr);
   Status readPath(size_t i);
   Status flushOut(Path& p, size_t i);
+  void queueAck(Path& p);  // receiver: the cumulative ACK of the chunks taken, if any is new
   Status handleRecord(size_t i, const char* rec);
   Status startChunk(size_t i, const char* rec);
   void chunkDone(size_t i);
