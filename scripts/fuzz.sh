@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The libFuzzer harnesses of fuzz/: builds them in build-fuzz/ (clang, SNCCL_FUZZ=ON), runs
 # each over its seed corpus fuzz/corpus/<harness>/ and then fuzzes it for SECONDS (default
-# 20), $JOBS harnesses at a time. New inputs go to build-fuzz/corpus/<harness>/ (the
+# 10), $JOBS harnesses at a time. New inputs go to build-fuzz/corpus/<harness>/ (the
 # repository's seeds stay as they are); a crash leaves its input in build-fuzz/artifacts/
 # and fails the run.
-#   scripts/fuzz.sh                       # every harness, 20 s each (the run-tests.sh stage)
+#   scripts/fuzz.sh                       # every harness, 10 s each (the run-tests.sh stage)
 #   scripts/fuzz.sh fuzz_nccl_xml 600     # one harness, longer, by hand
 # Without clang++ and its libFuzzer runtime it prints a SKIP line and succeeds.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
 only=${1:-}
-seconds=${2:-20}
+seconds=${2:-10}
 
 probe=$(mktemp -d)
 trap 'rm -rf "$probe"' EXIT

@@ -7,9 +7,9 @@
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
 # 1.5 minutes more than without); then a ThreadSanitizer build in build-tsan/ runs the tests
-# whose ranks are threads (label tsan, tests/CMakeLists.txt says what it leaves out; about 5
-# minutes, a third of it the build); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
-# each over its seeds and 20 s of fuzzing, two at a time (scripts/fuzz.sh; about 2 minutes;
+# whose ranks are threads (label tsan, tests/CMakeLists.txt says what it leaves out; about 4
+# minutes, half of it the build); then the libFuzzer harnesses of fuzz/ in build-fuzz/ (clang),
+# each over its seeds and 10 s of fuzzing, two at a time (scripts/fuzz.sh; about 2 minutes;
 # SKIP without clang). Tests fork processes and spin: at most -j2.
 # A failed build or test does not stop the rest; the exit status reports any failure. The
 # end lists how long each stage took.
@@ -77,7 +77,7 @@ build build-tsan test_smoke test_p2p test_group_timeout test_flight_recorder tes
   test_device_streams || fail=1
 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L '^tsan$' || fail=1
 
-stage fuzz "fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 20 s each"
+stage fuzz "fuzz harnesses (clang, libFuzzer, ASan+UBSan): seeds, then 10 s each"
 bash "$ROOT/scripts/fuzz.sh" || fail=1
 
 stage end "stage times: every stage's build and tests"
