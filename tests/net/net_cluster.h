@@ -58,6 +58,8 @@ struct Cluster {
   int ranksPerNode = 1;
   std::vector<std::string> netns;  // per node; empty: all in the test's namespace
   std::vector<std::pair<std::string, std::string>> env;
+  // Per rank, set after env (a setting only some ranks have); may be shorter than nranks.
+  std::vector<std::vector<std::pair<std::string, std::string>>> rankEnv;
   int timeoutSec = 180;
 };
 
@@ -97,6 +99,8 @@ inline bool joinNetns(const std::string& name) {
     _exit(4);
   }
   for (const auto& [k, v] : c.env) setenv(k.c_str(), v.c_str(), 1);
+  if (size_t(rank) < c.rankEnv.size())
+    for (const auto& [k, v] : c.rankEnv[size_t(rank)]) setenv(k.c_str(), v.c_str(), 1);
   setenv("SNCCL_HOSTID", ("nettest-node-" + std::to_string(node)).c_str(), 1);
   // The log reads NCCL_DEBUG* once per process: a parent that logged before forking (a
   // test that drove a net in-process) would hand its rank its own configuration.

@@ -495,6 +495,35 @@ TEST(NetRanks, UnknownNetIsAClearError) {
   EXPECT_TRUE(o.reports[0].code == ncclInvalidArgument || o.reports[1].code == ncclInvalidArgument) << o.describe();
 }
 
+// Ranks on different nodes that disagree on the slot geometry (one sets SNCCL_NET_STEPS)
+// fail the first collective with an error that names both settings and SNCCL_NET, not
+// with a protocol error or a hang.
+TEST(NetRanks, SlotGeometryMismatchIsAClearError) {
+  Cluster c = loopback(2, 1);
+  c.rankEnv = {{}, {{"SNCCL_NET_STEPS", "2"}}};
+  Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, Shared* sh, bool* abort) {
+    std::vector<int32_t> x(1031, rank);
+    ncclResult_t res = ncclAllReduce(x.data(), x.data(), x.size(), ncclInt32, ncclSum, comm, nullptr);
+    nettest::report(sh, rank, res, ncclGetLastError(nullptr));
+    *abort = true;
+    return res != ncclSuccess;
+  });
+  EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  bool named = false;
+  for (int r = 0; r < 2; ++r) {
+    const std::string msg = o.reports[r].msg;
+    if (o.reports[r].code != ncclInvalidUsage) continue;
+    named = true;
+    // The same 2 MiB per connection (SNCCL_NET_BUFFSIZE), cut into 4 or 2 slots.
+    EXPECT_NE(msg.find("disagree on connection geometry ("), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4 x 524288"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("2 x 1048576"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("SNCCL_NET_STEPS/SNCCL_NET_BUFFSIZE"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("SNCCL_NET identically"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(named) << "no rank said why: " << o.describe();
+}
+
 // Communicators come and go in one process: the proxy stops with the last connection
 // and starts again with the next.
 TEST(NetRanks, SuccessiveCommunicatorsRestartTheProxy) {
