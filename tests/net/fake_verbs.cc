@@ -69,6 +69,8 @@ struct Cqe {
   uint32_t retire;  // send queue slots of wc.qp_num this completion frees when polled
 };
 
+struct Channel;
+
 struct Cq {
   ibv_cq cq{};
   Context* ctx = nullptr;
@@ -78,6 +80,19 @@ struct Cq {
   int eventsUnacked = 0;
   // Overflowed once: the CQ is in error, as on hardware, and takes no more completions.
   bool broken = false;
+  // Completion events (enableCompletionChannels): the channel, whether reqNotifyCq armed
+  // the CQ for the next completion, and events taken by getCqEvent and not acked.
+  Channel* channel = nullptr;
+  bool armed = false;
+  int compEventsUnacked = 0;
+};
+
+// A completion channel: its fd (an eventfd) is readable while `pending` holds events.
+struct Channel {
+  ibv_comp_channel ch{};
+  Context* ctx = nullptr;
+  std::deque<Cq*> pending;
+  int cqs = 0;
 };
 
 struct Fault {
@@ -189,6 +204,7 @@ struct FakeFabric::Impl {
   std::map<ibv_pd*, std::unique_ptr<Pd>> pds;
   std::map<ibv_mr*, std::unique_ptr<Mr>> mrs;
   std::map<ibv_cq*, std::unique_ptr<Cq>> cqs;
+  std::map<ibv_comp_channel*, std::unique_ptr<Channel>> channels;
   std::map<uint32_t, std::unique_ptr<Qp>> qps;  // by QP number: creation order
   std::map<ibv_qp*, Qp*> qpsByPtr;
   std::map<uint32_t, Mr*> byLkey, byRkey;
@@ -271,6 +287,13 @@ struct FakeFabric::Impl {
       return;
     }
     c->entries.push_back(Cqe{wc, retire});
+    if (c->channel != nullptr && c->armed) {
+      // One event per arming, as reqNotifyCq(cq, 0) asks.
+      c->armed = false;
+      c->channel->pending.push_back(c);
+      uint64_t one = 1;
+      if (write(c->channel->ch.fd, &one, sizeof one) != sizeof one) die("eventfd write: %s", std::strerror(errno));
+    }
   }
 
   void completeSend(Qp* q, const SendWr& w, ibv_wc_status status, uint32_t vendorErr) {
@@ -953,8 +976,10 @@ ibv_cq* createCq(ibv_context* ctx, int cqe, void* cqContext, ibv_comp_channel* c
   auto& f = fab();
   Lock l(f.mu);
   Context* c = f.context(ctx, "createCq");
-  // Completion channels are not modelled: the IB net polls.
-  if (c == nullptr || channel != nullptr || cqe < 1 || cqe > f.attr(c->dev).max_cqe) {
+  // Completion channels only when the test enabled them (otherwise the IB net polls).
+  Channel* ch = channel == nullptr ? nullptr : findIn(f.channels, channel);
+  if (c == nullptr || (channel != nullptr && (ch == nullptr || ch->ctx != c)) || cqe < 1 ||
+      cqe > f.attr(c->dev).max_cqe) {
     errno = EINVAL;
     return nullptr;
   }
@@ -969,6 +994,9 @@ ibv_cq* createCq(ibv_context* ctx, int cqe, void* cqContext, ibv_comp_channel* c
   q->cq.cq_context = cqContext;
   q->cq.handle = f.nextHandle++;
   q->cq.cqe = cqe;
+  q->cq.channel = channel;
+  q->channel = ch;
+  if (ch != nullptr) ++ch->cqs;
   ibv_cq* out = &q->cq;
   f.cqs.emplace(out, std::move(q));
   return out;
@@ -988,10 +1016,99 @@ int destroyCq(ibv_cq* cq) {
                     q->eventsUnacked));
     return EBUSY;
   }
+  if (q->compEventsUnacked > 0) {
+    f.misuse(format("destroyCq: %d completion events taken and not acked (libibverbs would block forever)",
+                    q->compEventsUnacked));
+    return EBUSY;
+  }
   for (auto& [c, ctx] : f.contexts)
     for (Context::Event& e : ctx->events)
       if (e.kind == Context::Event::kCq && e.id == q->cq.handle) e.dead = true;
+  if (Channel* ch = q->channel) {
+    --ch->cqs;
+    ch->pending.erase(std::remove(ch->pending.begin(), ch->pending.end(), q), ch->pending.end());
+  }
   f.cqs.erase(cq);
+  return 0;
+}
+
+ibv_comp_channel* createCompChannel(ibv_context* ctx) {
+  auto& f = fab();
+  Lock l(f.mu);
+  Context* c = f.context(ctx, "createCompChannel");
+  if (c == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto ch = std::make_unique<Channel>();
+  ch->ctx = c;
+  ch->ch.context = ctx;
+  ch->ch.fd = eventfd(0, EFD_CLOEXEC);
+  if (ch->ch.fd < 0) return nullptr;
+  ibv_comp_channel* out = &ch->ch;
+  f.channels.emplace(out, std::move(ch));
+  return out;
+}
+
+int destroyCompChannel(ibv_comp_channel* channel) {
+  auto& f = fab();
+  Lock l(f.mu);
+  Channel* ch = findIn(f.channels, channel);
+  if (ch == nullptr) {
+    f.misuse("destroyCompChannel: not a live fake channel");
+    return EINVAL;
+  }
+  if (ch->cqs > 0) {
+    f.misuse(format("destroyCompChannel: %d CQs still use the channel", ch->cqs));
+    return EBUSY;
+  }
+  close(ch->ch.fd);
+  f.channels.erase(channel);
+  return 0;
+}
+
+int getCqEvent(ibv_comp_channel* channel, ibv_cq** cq, void** cqContext) {
+  auto& f = fab();
+  Lock l(f.mu);
+  Channel* ch = findIn(f.channels, channel);
+  if (ch == nullptr) {
+    f.misuse("getCqEvent: not a live fake channel");
+    errno = EINVAL;
+    return -1;
+  }
+  // The caller made the fd non-blocking (the real call would otherwise block): no event
+  // is EAGAIN.
+  if (ch->pending.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  Cq* q = ch->pending.front();
+  ch->pending.pop_front();
+  ++q->compEventsUnacked;
+  *cq = &q->cq;
+  *cqContext = q->cq.cq_context;
+  if (ch->pending.empty()) {
+    uint64_t n = 0;
+    if (read(ch->ch.fd, &n, sizeof n) != sizeof n) die("eventfd read: %s", std::strerror(errno));
+  }
+  return 0;
+}
+
+void ackCqEvents(ibv_cq* cq, unsigned n) {
+  auto& f = fab();
+  Lock l(f.mu);
+  Cq* q = f.cq(cq, "ackCqEvents");
+  if (q == nullptr) return;
+  if (int(n) > q->compEventsUnacked) f.misuse(format("ackCqEvents: %u acked, %d taken", n, q->compEventsUnacked));
+  q->compEventsUnacked -= std::min(int(n), q->compEventsUnacked);
+}
+
+int reqNotifyCq(ibv_cq* cq, int solicitedOnly) {
+  auto& f = fab();
+  Lock l(f.mu);
+  Cq* q = f.cq(cq, "reqNotifyCq");
+  if (q == nullptr || q->channel == nullptr || solicitedOnly != 0) return EINVAL;
+  q->armed = true;  // the next completion raises an event; those already queued do not
   return 0;
 }
 
@@ -1279,12 +1396,22 @@ FakeFabric::~FakeFabric() {
   {
     Lock l(impl_->mu);
     for (auto& [p, c] : impl_->contexts) close(c->ctx.async_fd);
+    for (auto& [p, c] : impl_->channels) close(c->ch.fd);
     for (ibv_device** list : impl_->lists) delete[] list;
   }
   gFabric.store(nullptr);
 }
 
 const net::ib::Verbs* FakeFabric::verbs() const { return &impl_->table; }
+
+void FakeFabric::enableCompletionChannels() {
+  net::ib::Verbs& v = impl_->table;
+  v.createCompChannel = createCompChannel;
+  v.destroyCompChannel = destroyCompChannel;
+  v.getCqEvent = getCqEvent;
+  v.ackCqEvents = ackCqEvents;
+  v.reqNotifyCq = reqNotifyCq;
+}
 
 int FakeFabric::addDevice(FakeDevice dev) {
   Lock l(impl_->mu);

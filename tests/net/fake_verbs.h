@@ -155,6 +155,10 @@ class FakeFabric {
 
   // The table to hand to the code under test. Valid while this fabric lives.
   const net::ib::Verbs* verbs() const;
+  // Adds completion channels to the table (createCompChannel, getCqEvent, ackCqEvents,
+  // reqNotifyCq: an armed CQ raises one event at its next completion), so that the code
+  // under test can sleep in poll(). Before the code under test takes the table.
+  void enableCompletionChannels();
 
   // Configuration, before the code under test enumerates devices. Returns the device's
   // index in getDeviceList order.

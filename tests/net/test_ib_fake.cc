@@ -5,8 +5,9 @@
 // port and device events fail the connections they concern; the queue pairs get the
 // attributes the parameters ask for; everything is released on close. Data movement
 // itself is tested on a real device (tests/rdma).
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
 #include <sched.h>
 
 #include <chrono>
@@ -514,6 +515,67 @@ TEST(IbFake, ARailThatFailsIsGivenUpAndTheConnectionGoesOn) {
       expectAllReleased(&f);
     }
   }
+}
+
+// With completion channels, a connection with nothing to do sleeps in poll() on the
+// descriptors pollFds() gives. A completion wakes it; so does a port going down, which no
+// completion may announce for a long time (outstanding writes wait out their retries):
+// the device's event thread wakes the sleeper, which gives the rail up at once.
+TEST(IbFake, SleepingConnectionWakesForCompletionsAndPortEvents) {
+  Fixture f;
+  f.fabric.enableCompletionChannels();
+  ASSERT_NO_FATAL_FAILURE(f.open(2));
+  ASSERT_EQ(f.roundTrip(65536, 1), "");
+  // Sleeps in poll() on the receiver's descriptors until they are ready; milliseconds
+  // waited, or -1 after 5 s.
+  auto sleepOnRecv = [&]() -> long {
+    std::vector<pollfd> fds;
+    EXPECT_TRUE(f.net->pollFds(f.recv, &fds)) << "the receiver cannot sleep";
+    if (fds.empty()) return -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    int n = ::poll(fds.data(), fds.size(), 5000);
+    if (n <= 0) return -1;
+    return long(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+  };
+  // A message: the receiver, asleep before it was sent, wakes for it. (Testing the
+  // receive first takes the completion of its grant's write.)
+  net::Request* rr = f.postRecv(4096);
+  ASSERT_NE(rr, nullptr);
+  bool done = false;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.net->test(rr, &done, nullptr, nullptr).ok());
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    net::Request* sr = f.postSend(4096);
+    bool sent = false;
+    EXPECT_TRUE(sr != nullptr && f.wait(sr, &sent).ok());
+  });
+  EXPECT_GE(sleepOnRecv(), 0) << "the message did not wake the receiver";
+  sender.join();
+  ASSERT_TRUE(f.wait(rr, &done).ok());
+  // A port down, with a receive posted and nothing in flight (the grant's own completion
+  // taken first): the event thread wakes it.
+  rr = f.postRecv(4096);
+  ASSERT_NE(rr, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.net->test(rr, &done, nullptr, nullptr).ok());
+  std::thread cut([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    f.fabric.setPortState("fake1", 1, IBV_PORT_DOWN);
+  });
+  const long waited = sleepOnRecv();
+  cut.join();
+  EXPECT_GE(waited, 0) << "the port event did not wake the receiver";
+  EXPECT_LT(waited, 3000);
+  ASSERT_TRUE(f.net->test(rr, &done, nullptr, nullptr).ok());
+  EXPECT_EQ(f.recvEp()->deadRails(), 2u) << "the receiver did not give rail 1 up on waking";
+  // The connection goes on over rail 0, sleeping and waking as before.
+  net::Request* sr = f.postSend(4096, 0, rr);
+  ASSERT_NE(sr, nullptr);
+  size_t got = 0;
+  Status st = f.waitBoth(sr, rr, &got);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(got, 4096u);
+  for (int round = 0; round < 3; ++round) ASSERT_EQ(f.roundTrip(65536, round), "");
+  expectAllReleased(&f);
 }
 
 // With several rails, the ports on the NUMA nodes this process runs on come first in a

@@ -139,6 +139,8 @@ Endpoint::~Endpoint() {
     if (r.channel != nullptr) v_->destroyCompChannel(r.channel);
     if (r.regionMr != nullptr) r.port->hca->releaseMr(r.regionMr);
   }
+  if (watching_)
+    for (int i = 0; i < nrails_; ++i) rails_[size_t(i)].port->hca->unwatch(wakeFd_);
   if (wakeFd_ >= 0) ::close(wakeFd_);
   std::free(region_);
 }
@@ -150,6 +152,10 @@ Status Endpoint::createResources(int nqps) {
   // A completion channel per rail lets a thread with nothing to do sleep in poll() until
   // a CQ has news; without them the comm is polled on a timer.
   if (v_->createCompChannel != nullptr) wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ >= 0) {
+    for (int i = 0; i < nrails_; ++i) rails_[size_t(i)].port->hca->watch(wakeFd_);
+    watching_ = true;
+  }
   // Outstanding completions: receiver 2 x kSlots credit writes + kSlots offers + kSlots x
   // nqps records, and after its control rail failed kSlots grants and kSlots offers written
   // again; sender kSlots x nqps record writes + 2 x kSlots + 8 credit receives; probes.
@@ -539,24 +545,30 @@ int Endpoint::liveQps(int* live) const {
   return n;
 }
 
+bool Endpoint::railFault(int rail) const {
+  const Rail& r = rails_[size_t(rail)];
+  return r.port->hca->fatal() || !r.port->hca->portUp(r.port->port) ||
+         r.sink.event.load(std::memory_order_acquire) >= 0;
+}
+
 Status Endpoint::checkHealth() {
   // This node's own faults first: a port that went down or a dead device also fails
   // the queue pairs on it. A rail the connection can live without is given up instead.
   for (int i = 0; i < nrails_; ++i) {
     const Rail& r = rails_[size_t(i)];
-    if (railDead(i)) continue;
+    if (railDead(i) || !railFault(i)) continue;
     std::string why;
     bool local = true;  // this node's fault, not the connection's
     if (r.port->hca->fatal()) {
       why = "device " + r.port->hca->name() + " reported a fatal error";
     } else if (!r.port->hca->portUp(r.port->port)) {
       why = "port " + r.port->label() + " is down";
-    } else if (const int ev = r.sink.event.load(std::memory_order_acquire); ev >= 0) {
-      why = format("asynchronous event '%s' on the connection (%s)", v_->eventTypeStr(ibv_event_type(ev)),
+    } else {
+      why = format("asynchronous event '%s' on the connection (%s)",
+                   v_->eventTypeStr(ibv_event_type(r.sink.event.load(std::memory_order_acquire))),
                    r.port->label().c_str());
       local = false;
     }
-    if (why.empty()) continue;
     if (canLoseRail(i)) {
       SNCCL_TRY(loseRail(i, why));
       continue;
@@ -1139,6 +1151,14 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
   if (!failed_.ok() || ctlClosed_) return false;
   for (int i = 0; i < nrails_; ++i)
     if (rails_[size_t(i)].channel == nullptr) return false;
+  // wakeFd_ is also the devices' alarm (Hca::watch): clear it, then look at what their
+  // event threads recorded, which they store before they write.
+  uint64_t drained = 0;
+  ssize_t k = ::read(wakeFd_, &drained, sizeof drained);
+  (void)k;
+  wakeSet_ = false;
+  bool fault = false;
+  for (int i = 0; i < nrails_; ++i) fault = fault || (!railDead(i) && railFault(i));
   for (int i = 0; i < nrails_; ++i) {
     Rail& r = rails_[size_t(i)];
     ibv_cq* cq = nullptr;
@@ -1160,7 +1180,7 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
   // no event will come for it.
   const bool credit = sender_ && creditWanted_ && posted_ - retired_ < uint64_t(kSlots) &&
                       __atomic_load_n(&region_->fifo[posted_ % kSlots].idx, __ATOMIC_ACQUIRE) == posted_ + 1;
-  if (npending_ > 0 || credit) {
+  if (npending_ > 0 || credit || fault) {
     // Work is already here: a descriptor that is ready now, so the caller does not sleep
     // (a "cannot tell" answer would cost it a timer tick).
     uint64_t one = 1;
@@ -1171,6 +1191,7 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
   }
   for (int i = 0; i < nrails_; ++i) fds->push_back(pollfd{rails_[size_t(i)].channel->fd, POLLIN, 0});
   if (!ctlLost_) fds->push_back(pollfd{ctl_.fd(), POLLIN, 0});
+  fds->push_back(pollfd{wakeFd_, POLLIN, 0});
   return true;
 }
 

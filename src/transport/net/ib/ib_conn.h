@@ -123,6 +123,7 @@ class Endpoint {
   Status handleCompletion(int rail, const ibv_wc& wc);
   Status checkControl(bool force);
   Status checkHealth();  // events the devices' threads recorded
+  bool railFault(int rail) const;  // one of them concerns this rail (checkHealth says which)
   Status checkLink();    // this node's Ethernet interfaces under the ports (RoCE)
   Status fail(Status s);
   Status completionError(int rail, const ibv_wc& wc);
@@ -180,8 +181,11 @@ class Endpoint {
   ibv_wc pending_[kPendingMax];  // completions armWait found, handled by the next progress()
   int pendingRail_[kPendingMax];  // the rail whose queue each came from
   int npending_ = 0;
-  int wakeFd_ = -1;              // an eventfd, ready while completions are pending
+  // An eventfd, ready while completions are pending (wakeSet_: armWait set it) or after an
+  // event thread recorded a fault on one of the rails' devices (watching_: Hca::watch).
+  int wakeFd_ = -1;
   bool wakeSet_ = false;
+  bool watching_ = false;
   bool ctlClosed_ = false;       // the peer's end of the control socket is closed
   bool ctlLost_ = false;         // the control socket's path failed; the queue pairs live on
   bool creditWanted_ = false;    // sender: isend found no credit for message posted_

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -186,6 +187,28 @@ void Hca::eventLoop() {
   }
 }
 
+void Hca::watch(int fd) {
+  std::lock_guard<std::mutex> lock(watchMu_);
+  watchers_.push_back(fd);
+}
+
+void Hca::unwatch(int fd) {
+  std::lock_guard<std::mutex> lock(watchMu_);
+  auto it = std::find(watchers_.begin(), watchers_.end(), fd);
+  if (it != watchers_.end()) watchers_.erase(it);
+}
+
+void Hca::wakeWatchers() {
+  // After the event's state is stored: a watcher that wakes, or that drained the
+  // descriptor before sleeping, sees the state.
+  std::lock_guard<std::mutex> lock(watchMu_);
+  const uint64_t one = 1;
+  for (int fd : watchers_) {
+    ssize_t w = ::write(fd, &one, sizeof one);
+    (void)w;  // a full counter is already readable
+  }
+}
+
 void Hca::handle(const ibv_async_event& e) {
   const char* what = v_->eventTypeStr(e.event_type);
   switch (e.event_type) {
@@ -193,6 +216,7 @@ void Hca::handle(const ibv_async_event& e) {
       portDown_.fetch_or(1u << e.element.port_num, std::memory_order_acq_rel);
       SN_WARN("NET/IB : %s:%d: %s (port down): connections on it fail, or go on over their other rails",
               name_.c_str(), e.element.port_num, what);
+      wakeWatchers();
       return;
     case IBV_EVENT_PORT_ACTIVE:
       portDown_.fetch_and(~(1u << e.element.port_num), std::memory_order_acq_rel);
@@ -201,6 +225,7 @@ void Hca::handle(const ibv_async_event& e) {
     case IBV_EVENT_DEVICE_FATAL:
       fatal_.store(true, std::memory_order_release);
       SN_WARN("NET/IB : %s: %s: every connection on the device fails", name_.c_str(), what);
+      wakeWatchers();
       return;
     case IBV_EVENT_CQ_ERR:
       if (e.element.cq != nullptr && e.element.cq->cq_context != nullptr) {
@@ -208,6 +233,7 @@ void Hca::handle(const ibv_async_event& e) {
         static_cast<AsyncSink*>(e.element.cq->cq_context)->event.compare_exchange_strong(none, int(e.event_type));
       }
       SN_WARN("NET/IB : %s: %s", name_.c_str(), what);
+      wakeWatchers();
       return;
     default:
       break;
@@ -218,6 +244,7 @@ void Hca::handle(const ibv_async_event& e) {
       static_cast<AsyncSink*>(e.element.qp->qp_context)->event.compare_exchange_strong(none, int(e.event_type));
     }
     SN_WARN("NET/IB : %s: QP 0x%x: %s", name_.c_str(), e.element.qp != nullptr ? e.element.qp->qp_num : 0u, what);
+    wakeWatchers();
     return;
   }
   SN_INFO(log::kNet, "NET/IB : %s: asynchronous event %s", name_.c_str(), what);

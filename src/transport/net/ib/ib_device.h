@@ -60,9 +60,17 @@ class Hca {
   // Starts the event thread (once the device's ports are known).
   void startEvents();
 
+  // An eventfd the event thread writes 1 to after it recorded an event that fails
+  // connections (a port down, a fatal device, QP or CQ event), so that a connection asleep
+  // in poll() learns it now and not when its queue pairs' retries run out. Each watch()
+  // is undone by one unwatch() of the same descriptor before it is closed.
+  void watch(int fd);
+  void unwatch(int fd);
+
  private:
   void eventLoop();
   void handle(const ibv_async_event& e);
+  void wakeWatchers();
 
   const Verbs* v_;
   ibv_context* ctx_;
@@ -82,6 +90,8 @@ class Hca {
   std::atomic<bool> fatal_{false};
   int stopFd_ = -1;
   std::thread events_;
+  std::mutex watchMu_;
+  std::vector<int> watchers_;  // watch(): one entry per call
 };
 
 // One Net device: a port of an HCA.
