@@ -85,10 +85,16 @@ TEST(RailBook, PathsBetweenTheSameAddressesShareOneRail) {
   EXPECT_NE(a, c);
   a->sent(kMB, Clock::now());
   EXPECT_EQ(b->unacked(), kMB);
+  EXPECT_EQ(book.size(), 2u);
   // When no path holds a rail any more, the next connection starts afresh.
   a.reset();
   b.reset();
   EXPECT_EQ(book.get("10.0.0.1 -> 10.0.0.2")->unacked(), 0u);
+  // Rails nobody holds are forgotten when a rail is made: the book does not grow with
+  // every peer the process ever talked to.
+  c.reset();
+  std::shared_ptr<RailShare> d = book.get("10.0.2.1 -> 10.0.2.2");
+  EXPECT_EQ(book.size(), 1u);
 }
 
 }  // namespace

@@ -76,10 +76,17 @@ std::shared_ptr<RailShare> RailBook::get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<RailShare> r = rails_[key].lock();
   if (r == nullptr) {
+    // Connections come and go for the process's lifetime: forget the rails none holds.
+    std::erase_if(rails_, [](const auto& kv) { return kv.second.expired(); });
     r = std::make_shared<RailShare>();
     rails_[key] = r;
   }
   return r;
+}
+
+size_t RailBook::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rails_.size();
 }
 
 }  // namespace snccl::net::socknet

@@ -56,9 +56,11 @@ class RailShare {
 class RailBook {
  public:
   std::shared_ptr<RailShare> get(const std::string& key);
+  // Rails in the book: each is dropped when a new one is made after its last path ended.
+  size_t size() const;
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::weak_ptr<RailShare>> rails_;
 };
 
