@@ -4,6 +4,7 @@
 // smallest connection (2 slots), node layouts for hier (uneven nodes: test_schedules_small.cc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <utility>
@@ -163,11 +164,17 @@ TEST(Hier, EvenNodesAtManyShapes) {
   EXPECT_STREQ(algo->family, "hierarchical");
   const auto t0 = std::chrono::steady_clock::now();
   size_t cases = 0;
+  int most = 0;
   const std::pair<int, int> shapes[] = {{1, 1}, {1, 2}, {1, 5}, {2, 1}, {3, 1}, {2, 2}, {2, 3}, {3, 2}, {4, 4},
                                         {5, 3}, {3, 5}, {7, 2}, {8, 8}, {2, 500}, {125, 8}, {16, 64}, {64, 16},
                                         {128, 64}};
   for (auto [nodes, perNode] : shapes) {
+#ifdef SNCCL_TEST_SANITIZED
+    // Under a sanitizer one shape of a thousand ranks or more: they run the same code.
+    if (nodes * perNode >= 1000 && !(nodes == 16 && perNode == 64)) continue;
+#endif
     const int n = nodes * perNode;
+    most = std::max(most, n);
     std::vector<size_t> counts = {0, 1, 7, 13, static_cast<size_t>(perNode) * 3 + 1, 1001};
     if (n >= 1000) counts = {1, static_cast<size_t>(perNode) * 3 + 1, n >= 4096 ? 7 : static_cast<size_t>(n) + 5};
     for (size_t count : counts) {
@@ -191,7 +198,7 @@ TEST(Hier, EvenNodesAtManyShapes) {
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("hier AllReduce: %zu cases up to 8192 ranks, %.2f s\n", cases, s);
+  std::printf("hier AllReduce: %zu cases up to %d ranks, %.2f s\n", cases, most, s);
 }
 
 TEST(Hier, OnlyRailsCrossNodes) {
