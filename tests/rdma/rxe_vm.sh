@@ -722,6 +722,12 @@ if ((verbose)); then
     echo "---- console of guest ${names[$role]} ----" >&2
     cat "$RUN/$role.console" >&2 || true
   done
+else
+  # A guest stopped while its command still ran (its peer failed, or the time ran out):
+  # its kernel's last words may say why (a lockup, a driver's warning).
+  for role in "${roles[@]}"; do
+    [[ ${outcome[$role]} == killed ]] && console_tail "$role"
+  done
 fi
 ((timeout_hit)) && timed_out "guests killed"
 for role in "${roles[@]}"; do
