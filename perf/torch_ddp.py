@@ -14,7 +14,14 @@ backends (the same seeds, the same sums).
 
 A backend spec is a name (snccl, gloo), then optionally +avg (DDP communication hook
 snccl_torch.allreduce_avg_hook: one all_reduce AVG per bucket instead of DDP's division
-followed by a SUM), then :VAR=value settings of the ranks' environment.
+followed by a SUM) or +noop (a hook that hands each bucket back unreduced: DDP's own cost
+without any communication; the loss then differs), then :VAR=value settings of the ranks'
+environment.
+
+Each line also gives the CPU time of a step (every thread of every rank, median over the
+steps, summed over the ranks) and the CPUs that time would keep busy for the step's
+duration: with as many ranks as CPUs and that figure near the CPU count, the step is
+bound by CPU work, and communication shortens it only by costing less of it.
 """
 import argparse
 import json
@@ -48,33 +55,45 @@ def worker(args):
                                                     gradient_as_bucket_view=bool(args.bucket_view))
         if hook == "avg":
             model.register_comm_hook(None, snccl_torch.allreduce_avg_hook)
+        elif hook == "noop":
+            def noop(state, bucket):
+                fut = torch.futures.Future()
+                fut.set_result(bucket.buffer())
+                return fut
+            model.register_comm_hook(None, noop)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(1 + rank)  # each rank its own data
-    times, loss = [], None
+    times, cpus, loss = [], [], None
     for step in range(args.warmup + args.steps):
         x = torch.randn(args.batch, args.hidden, generator=gen)
         if ddp:
             dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=False)  # the gradient buffers stay (DDP's buckets alias them)
         out = model(x)
         loss = (out * out).mean()
         loss.backward()
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if step >= args.warmup:
             times.append(dt)
+            cpus.append(dc)
     t = torch.tensor(times, dtype=torch.float64)
+    cpu = torch.tensor([statistics.median(cpus)], dtype=torch.float64)
     if ddp:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank per step
+        dist.all_reduce(cpu)  # every rank's
         last = torch.tensor([loss.item()], dtype=torch.float64)
         dist.all_reduce(last)
         loss_value = last.item() / world
     else:
+        # Ranks train alone: rank 0's CPU time, as if every rank used as much.
+        cpu *= world
         loss_value = loss.item()
     if rank == 0:
         with open(args.out, "w") as f:
-            json.dump({"median_ms": statistics.median(t.tolist()) * 1e3, "loss": loss_value}, f)
+            json.dump({"median_ms": statistics.median(t.tolist()) * 1e3, "cpu_ms": cpu.item() * 1e3,
+                       "loss": loss_value}, f)
     if ddp:
         dist.barrier()
         dist.destroy_process_group()
@@ -125,11 +144,13 @@ def main():
           f"gradients, batch {args.batch}, buckets of {args.bucket_mb} MB (as views: {args.bucket_view}); medians of "
           f"{args.rounds} rounds of "
           f"{args.steps} steps")
-    print(f"# {'backend':<40} {'step (ms)':>10} {'rounds (ms)':>30} {'loss':>14}")
+    print(f"# {'backend':<40} {'step (ms)':>10} {'rounds (ms)':>30} {'CPU (ms)':>9} {'CPUs busy':>9} {'loss':>14}")
     for s in specs:
         ms = [r["median_ms"] for r in results[s]]
+        cpu = statistics.median(r["cpu_ms"] for r in results[s])
         name = "no communication" if s == "none" else s
-        print(f"  {name:<40} {statistics.median(ms):>10.2f} {' '.join(f'{m:.1f}' for m in ms):>30}"
+        step = statistics.median(ms)
+        print(f"  {name:<40} {step:>10.2f} {' '.join(f'{m:.1f}' for m in ms):>30} {cpu:>9.1f} {cpu / step:>9.2f}"
               f" {results[s][-1]['loss']:>14.8g}")
 
 
