@@ -527,7 +527,7 @@ TEST(IbFake, SleepingConnectionWakesForCompletionsAndPortEvents) {
   ASSERT_NO_FATAL_FAILURE(f.open(2));
   ASSERT_EQ(f.roundTrip(65536, 1), "");
   // Sleeps in poll() on the receiver's descriptors until they are ready; milliseconds
-  // waited, or -1 after 5 s.
+  // waited, or -1 when nothing woke it within 5 s.
   auto sleepOnRecv = [&]() -> long {
     std::vector<pollfd> fds;
     EXPECT_TRUE(f.net->pollFds(f.recv, &fds)) << "the receiver cannot sleep";
@@ -564,7 +564,6 @@ TEST(IbFake, SleepingConnectionWakesForCompletionsAndPortEvents) {
   const long waited = sleepOnRecv();
   cut.join();
   EXPECT_GE(waited, 0) << "the port event did not wake the receiver";
-  EXPECT_LT(waited, 3000);
   ASSERT_TRUE(f.net->test(rr, &done, nullptr, nullptr).ok());
   EXPECT_EQ(f.recvEp()->deadRails(), 2u) << "the receiver did not give rail 1 up on waking";
   // The connection goes on over rail 0, sleeping and waking as before.
