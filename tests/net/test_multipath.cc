@@ -378,6 +378,33 @@ TEST(Multipath, CleanCloseIsAGoodbye) {
   EXPECT_TRUE(e.rx->peerClosed());
 }
 
+// Sends `src` on the next credit and tests the receive `r` until it completes: the send
+// request, or null (with the failure recorded) when an end failed or `deadline` passed.
+MpRequest* deliver(Ends& e, std::vector<char>& src, MpRequest* r, Clock::time_point deadline) {
+  MpRequest* s = nullptr;
+  while (s == nullptr && Clock::now() < deadline) {
+    auto k = e.tx->isend(src.data(), src.size(), 0, 0);
+    if (!k.ok()) {
+      ADD_FAILURE() << k.status().message();
+      return nullptr;
+    }
+    s = k.value();
+  }
+  bool done = false;
+  while (s != nullptr && !done && Clock::now() < deadline) {
+    Status st = e.rx->test(r, &done, nullptr, nullptr);
+    if (!st.ok()) {
+      ADD_FAILURE() << st.message();
+      return nullptr;
+    }
+  }
+  if (s == nullptr || !done) {
+    ADD_FAILURE() << (s == nullptr ? "no credit" : "the receive did not complete") << " within the deadline";
+    return nullptr;
+  }
+  return s;
+}
+
 // The receiver takes a message and closes at once (a communicator destroyed right after
 // the peer's goodbye): the sender's request still completes, because the receiver
 // acknowledges what it took before its own goodbye.
@@ -391,18 +418,10 @@ TEST(Multipath, ReceiverClosingRightAfterAMessageAcknowledgesIt) {
     auto r = e.rx->irecv(dst.data(), dst.size(), 0);
     ASSERT_TRUE(r.ok() && r.value() != nullptr);
     const auto deadline = Clock::now() + std::chrono::seconds(20);
-    MpRequest* s = nullptr;
-    while (s == nullptr && Clock::now() < deadline) {
-      auto k = e.tx->isend(src.data(), src.size(), 0, 0);
-      ASSERT_TRUE(k.ok()) << k.status().message();
-      s = k.value();
-    }
+    MpRequest* s = deliver(e, src, r.value(), deadline);
     ASSERT_NE(s, nullptr);
-    bool done = false;
-    while (!done && Clock::now() < deadline) ASSERT_TRUE(e.rx->test(r.value(), &done, nullptr, nullptr).ok());
-    ASSERT_TRUE(done);
     e.rx->close(0, 1000);
-    done = false;
+    bool done = false;
     Status st;
     while (st.ok() && !done && Clock::now() < deadline) st = e.tx->test(s, &done, nullptr, nullptr);
     EXPECT_TRUE(st.ok() && done) << (st.ok() ? "the send never completed" : st.message());
@@ -421,16 +440,9 @@ TEST(Multipath, SendAfterTheReceiverClosedFailsPromptly) {
   auto r1 = e.rx->irecv(dst1.data(), dst1.size(), 0);
   ASSERT_TRUE(r0.ok() && r0.value() != nullptr && r1.ok() && r1.value() != nullptr);
   const auto deadline = Clock::now() + std::chrono::seconds(20);
-  MpRequest* s0 = nullptr;
-  while (s0 == nullptr && Clock::now() < deadline) {
-    auto k = e.tx->isend(src.data(), src.size(), 0, 0);
-    ASSERT_TRUE(k.ok()) << k.status().message();
-    s0 = k.value();
-  }
+  MpRequest* s0 = deliver(e, src, r0.value(), deadline);
   ASSERT_NE(s0, nullptr);
   bool done = false;
-  while (!done && Clock::now() < deadline) ASSERT_TRUE(e.rx->test(r0.value(), &done, nullptr, nullptr).ok());
-  done = false;
   while (!done && Clock::now() < deadline) ASSERT_TRUE(e.tx->test(s0, &done, nullptr, nullptr).ok());
   ASSERT_TRUE(done);
   e.rx->close(0, 1000);

@@ -197,10 +197,9 @@ Status MultipathConn::test(MpRequest* r, bool* done, size_t* size, uint32_t* imm
   // acknowledges what it took before its goodbye, on the same path).
   if (s.ok() && !r->complete && peerBye_) {
     bool more = std::any_of(paths_.begin(), paths_.end(), [](const Path& p) { return p.alive && !p.byeSeen; });
-    if (!more && sender_)
-      s = fail(RemoteError("the receiver closed the connection before it took this %zu-byte message", r->size));
-    else if (!more)
-      s = fail(RemoteError("the sender closed the connection before the message this receive waits for"));
+    if (!more)
+      s = fail(sender_ ? RemoteError("the receiver closed the connection before it took this %zu-byte message", r->size)
+                       : RemoteError("the sender closed the connection before the message this receive waits for"));
   }
   if (!s.ok()) {
     releaseRequest(r);
