@@ -807,7 +807,7 @@ std::string gridName(const ::testing::TestParamInfo<std::tuple<Coll, Mode, int>>
 INSTANTIATE_TEST_SUITE_P(All, Collectives,
                          ::testing::Combine(::testing::ValuesIn(kAllColls),
                                             ::testing::Values(Mode::kThreads, Mode::kProcesses),
-                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                                            ::testing::ValuesIn(gridRankCounts({1, 2, 3, 4, 5, 8}))),
                          gridName);
 
 }  // namespace

@@ -288,7 +288,7 @@ TEST_P(P2P, MixedWithCollectivesAndNestedGroups) {
 
 INSTANTIATE_TEST_SUITE_P(All, P2P,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
-                                            ::testing::Values(2, 3, 5, 8)),
+                                            ::testing::ValuesIn(gridRankCounts({2, 3, 5, 8}))),
                          modeRanksName);
 
 // ---- Single thread, many communicators (nccl-tests -g). ---------------------------------
@@ -444,7 +444,9 @@ TEST_P(OneThread, SeveralCollectivesPerCommGrouped) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, OneThread, ::testing::Values(2, 3, 5, 8),
-                         [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param) + "_comms"; });
+INSTANTIATE_TEST_SUITE_P(All, OneThread, ::testing::ValuesIn(gridRankCounts({2, 3, 5, 8})),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "_comms";
+                         });
 
 }  // namespace

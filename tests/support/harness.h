@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <new>
 #include <ostream>
@@ -33,6 +34,21 @@ inline void PrintTo(Mode m, std::ostream* os) { *os << modeName(m); }
 // gtest name suffix for (mode, nranks) parameters: "threads_3".
 inline std::string modeRanksName(const ::testing::TestParamInfo<std::tuple<Mode, int>>& info) {
   return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param));
+}
+
+// The rank counts a multi-rank grid runs: COUNTS, less those above 5 in a sanitizer build
+// (SNCCL_TEST_SANITIZED). 8 ranks run the same code as 2 to 5 (odd and even, full and
+// partial trees) and are most of a grid's time on 2 cores under a sanitizer; the release
+// build runs every count.
+inline std::vector<int> gridRankCounts(std::initializer_list<int> counts) {
+  std::vector<int> out;
+  for (int n : counts) {
+#ifdef SNCCL_TEST_SANITIZED
+    if (n > 5) continue;
+#endif
+    out.push_back(n);
+  }
+  return out;
 }
 
 // Body of one rank. It reports failures with gtest assertions (threads) or by returning
