@@ -12,6 +12,7 @@ OPTIONAL+=(liblz4-dev libzstd-dev)  # the compressing net's codecs (SNCCL_NET_CO
 OPTIONAL+=(libucx-dev ucx-utils)  # UCX headers: the UCX net; ucx_perftest: its reference in perf/
 OPTIONAL+=(python3-torch libtorch-dev pybind11-dev python3-pytest)  # the PyTorch backend, its tests
 OPTIONAL+=(python3-venv python3-dev)  # the backend against torch 2.x from PyPI (torch2_venv)
+OPTIONAL+=(ccache)  # run-tests.sh: the pip build of that backend reuses the release build's objects
 # clang and its runtimes (libFuzzer; only recommended by clang, and recommends are not
 # installed): the fuzz harnesses, scripts/fuzz.sh
 OPTIONAL+=(clang libclang-rt-14-dev)

@@ -2,7 +2,8 @@
 # All the tests: the release build in build/ runs every ctest (its torch backend against
 # Debian's torch 1.13); build-torch2/ is pip's build of the backend (pyproject.toml) for
 # torch 2.x from PyPI (scripts/deps.sh: torch2_venv), whose torch tests run there and whose
-# wheel is installed and run from outside the tree; the rdma-labelled ones (verbs
+# wheel is installed and run from outside the tree (with ccache, it compiles only the
+# extension: the library's objects are the release build's); the rdma-labelled ones (verbs
 # over Soft-RoCE in QEMU guests, tests/rdma/rxe_vm.sh; about 4 minutes) as a tier of their own
 # with their own count; then an ASan+UBSan build in build-asan/ runs the unit, mr, mp and net
 # tests (net: the socket transport, the proxy and ranks over TCP, namespaces included; about
@@ -27,17 +28,26 @@ stage deps "dependencies"
 install_deps
 fail=0
 
+# ccache, where installed, for the two builds of the same library with the same flags: the
+# torch2 stage's pip build then takes the library's objects from the release build's.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
 stage release "release build and all tests but the rdma-labelled ones"
-configure build -DCMAKE_BUILD_TYPE=Release
+configure build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 build build || fail=1
 ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS" -LE rdma || fail=1
 
 stage torch2 "the PyTorch backend against torch 2.x from PyPI: pip wheel in build-torch2/, its tests, the wheel installed"
 if venv=$(torch2_venv); then
-  # the pip build (pyproject.toml) in a build directory of ours, with the tests configured
+  # the pip build (pyproject.toml) in a build directory of ours, with the tests configured;
+  # with the release build's compiler, whose name is part of ccache's key
+  defines=(-DSNCCL_BUILD_TESTS=ON)
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$ROOT/build/CMakeCache.txt" 2>/dev/null || true)
+  ((${#launcher[@]})) && [[ -n $cxx ]] && defines+=("${launcher[@]}" "-DCMAKE_CXX_COMPILER=$cxx")
   "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps "$ROOT" -w "$ROOT/build-torch2/dist" \
     --config-settings=build-dir="$ROOT/build-torch2" \
-    --config-settings=cmake.define.SNCCL_BUILD_TESTS=ON || fail=1
+    "${defines[@]/#-D/--config-settings=cmake.define.}" || fail=1
   ctest --test-dir "$ROOT/build-torch2" --output-on-failure -L torch || fail=1
   # the installed wheel, outside the tree: torchrun, the package's own libsnccl
   wheel=$(ls -t "$ROOT"/build-torch2/dist/snccl_torch-*.whl 2>/dev/null | head -n 1)
