@@ -38,8 +38,8 @@ inline std::string modeRanksName(const ::testing::TestParamInfo<std::tuple<Mode,
 
 // The rank counts a multi-rank grid runs: COUNTS, less those above 5 in a sanitizer build
 // (SNCCL_TEST_SANITIZED). 8 ranks run the same code as 2 to 5 (odd and even, full and
-// partial trees) and are most of a grid's time on 2 cores under a sanitizer; the release
-// build runs every count.
+// partial trees) and are nearly half of a grid's time on 2 cores under a sanitizer; the
+// release build runs every count.
 inline std::vector<int> gridRankCounts(std::initializer_list<int> counts) {
   std::vector<int> out;
   for (int n : counts) {
