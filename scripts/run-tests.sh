@@ -78,7 +78,11 @@ labels='^(unit|mr|mp|net)$'
 configure build-asan -DSNCCL_SANITIZE=ON -DSNCCL_BUILD_BENCHMARKS=OFF
 mapfile -t targets < <(test_targets build-asan "$labels")
 build build-asan "${targets[@]}" || fail=1
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+# intercept_tls_get_addr=0: GCC 12's sanitizer runtime takes some dynamic TLS blocks (those
+# of dlopened libraries, such as UCX's transports) for glibc 2.19's layout and reads a bogus
+# range from before them, and LeakSanitizer's tracer then dies at exit (SIGSEGV) after the
+# tests passed: 2 of 65 runs of test_ucx_net in sockaddr mode, none of 65 with it off.
+ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L "$labels" || fail=1
 
 stage tsan "ThreadSanitizer build: the tests whose ranks are threads (label tsan)"
