@@ -52,15 +52,16 @@ class Backoff {
   uint64_t iter_ = 0;  // calls since the last reset (64 bits: never wraps)
 };
 
-// Spin budget for this process: SNCCL_SPIN_US, or 0 when more threads that must progress
-// than cores are expected to run on this host (spinning then only steals the peer's time
-// slice).
-int64_t spinBudgetUs(int localRanks);
+// Spin budget of a rank whose waits share `cpus` CPUs with `busyThreads` threads that must
+// progress (ranks, and the proxy threads of net peers; common/cpu_set.h counts them):
+// SNCCL_SPIN_US, or 0 when the threads outnumber the CPUs (spinning then only steals the
+// time slice of the thread it waits for), unless the user set SNCCL_SPIN_US.
+int64_t spinBudgetUs(int busyThreads, int cpus);
 
-// How long a waiter yields (sched_yield) between spinning and sleeping: only when this
-// host runs more ranks than cores. Otherwise the ranks have a core each, and a yield only
-// hands ours to unrelated load for a whole time slice (milliseconds) while the peer's
-// message is about to arrive.
-int64_t yieldBudgetUs(int localRanks);
+// How long such a rank yields (sched_yield) between spinning and sleeping: only when the
+// threads outnumber the CPUs. Otherwise each has a CPU, and a yield only hands ours to
+// unrelated load for a whole time slice (milliseconds) while the peer's message is about
+// to arrive.
+int64_t yieldBudgetUs(int busyThreads, int cpus);
 
 }  // namespace snccl

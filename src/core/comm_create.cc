@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/cpu_set.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "common/process.h"
@@ -204,14 +205,28 @@ Status planConnections(ncclComm* comm) {
   return OkStatus();
 }
 
+// The CPU sets of the ranks on `host`, in rank order; *index: where `rank` is among them.
+std::vector<CpuSet> hostCpuSets(const ncclComm* comm, uint64_t host, int rank, size_t* index) {
+  std::vector<CpuSet> sets;
+  for (int r = 0; r < comm->nranks; ++r) {
+    const PeerInfo& p = comm->peers.info[size_t(r)];
+    if (p.hostHash != host) continue;
+    if (r == rank && index != nullptr) *index = sets.size();
+    sets.push_back(p.cpuSet);
+  }
+  return sets;
+}
+
 // The cost model's inputs, from the peers' table: identical on every rank.
 void tune(ncclComm* comm) {
   std::vector<uint64_t> procs;  // which ranks are threads of one process
-  std::vector<int> cpus;        // CPUs of each rank's host: more ranks than CPUs changes the picks
+  // CPUs the ranks of each rank's host can use together: more ranks than CPUs changes the picks
+  std::vector<int> cpus;
   std::vector<tuning::ChannelRange> ranges;  // what each rank asks for; all use the agreed one
-  for (const PeerInfo& p : comm->peers.info) {
+  for (int r = 0; r < comm->nranks; ++r) {
+    const PeerInfo& p = comm->peers.info[size_t(r)];
     procs.push_back(p.processToken);
-    cpus.push_back(p.cpus);
+    cpus.push_back(cpusSpanned(hostCpuSets(comm, p.hostHash, r, nullptr), p.cpus));
     ranges.push_back({p.minChannels, p.maxChannels});
   }
   const tuning::ChannelRange channels = tuning::agreeChannels(ranges);
@@ -238,9 +253,18 @@ void setWaitBudgets(ncclComm* comm) {
   // threads mostly sleep during an operation; counting them or not measured the same
   // (3 interleaved rounds each, 8 B to 16 MiB), so they stay counted for the cases where
   // they do run (the rank asleep, between operations).
-  const int busyThreads = comm->peers.localRanks + (comm->tuner.shape.nnodes > 1 ? 2 : 0);
-  comm->spinUs = spinBudgetUs(busyThreads);
-  comm->yieldUs = yieldBudgetUs(busyThreads);
+  // The ranks counted are those whose CPUs overlap this rank's (common/cpu_set.h): ranks
+  // pinned to CPUs of their own spin even when the node runs more ranks than this one has.
+  const PeerInfo& self = comm->peers.info[size_t(comm->rank)];
+  size_t index = 0;
+  const std::vector<CpuSet> sets = hostCpuSets(comm, self.hostHash, comm->rank, &index);
+  const CpuShare share = cpuShare(sets, index, self.cpus);
+  const int busyThreads = share.ranks + (comm->tuner.shape.nnodes > 1 ? 2 : 0);
+  comm->spinUs = spinBudgetUs(busyThreads, share.cpus);
+  comm->yieldUs = yieldBudgetUs(busyThreads, share.cpus);
+  SN_INFO(log::kInit, "rank %d: shares %d CPU%s with %d rank%s of this node: waits spin %lld us, yield %lld us",
+          comm->rank, share.cpus, share.cpus == 1 ? "" : "s", share.ranks - 1, share.ranks == 2 ? "" : "s",
+          (long long)comm->spinUs, (long long)comm->yieldUs);
 }
 
 // The traffic counters: in SNCCL_STATS_DIR when set and writable, else private.
@@ -288,7 +312,8 @@ PeerInfo makePeerInfo(int rank, const CommConfig& cfg) {
   info.pidNs = pidNamespaceId();
   info.cudaDev = cfg.cudaDev;
   info.numa = topo::currentNumaNode();
-  info.cpus = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
+  info.cpus = int32_t(std::max(sysconf(_SC_NPROCESSORS_ONLN), 1l));
+  info.cpuSet = currentCpuSet();
   info.singleCopyBytes = params::getIntClamped(params::Id::SingleCopyBytes, 0, INT64_MAX);
   const tuning::AlgoSpec& algos = tuning::processOverrides().algo;
   const size_t ar = size_t(CollKind::kAllReduce);

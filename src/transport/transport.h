@@ -29,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "common/cpu_set.h"
 #include "common/status.h"
 #include "transport/connection.h"
 #include "transport/rail_tally.h"
@@ -53,7 +54,9 @@ struct PeerInfo {
   int32_t cudaDev;
   uint64_t pidNs;         // PID namespace (pidNamespaceId()): pids compare only within one
   int32_t numa;           // NUMA node the rank runs on (-1 unknown): input of the ring planner
-  int32_t cpus;           // online CPUs of the host: the cost model's oversubscription
+  int32_t cpus;           // online CPUs of the host
+  CpuSet cpuSet;          // CPUs the rank's thread may run on at init (all when unknown): with
+                          // its node's others, the cost model's oversubscription and the spin budget
   int32_t minChannels;    // channel range this rank asks for (tuning::localChannelRange);
   int32_t maxChannels;    // the communicator uses the ranks' agreed one (agreeChannels)
   int64_t singleCopyBytes;  // SNCCL_SINGLE_COPY_BYTES: must agree on a mappable communicator

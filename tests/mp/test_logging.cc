@@ -8,7 +8,10 @@
 #endif
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 
+#include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 
@@ -39,6 +42,37 @@ int helperMain() {
   float x = 0, y = 0;
   if (ncclAllReduce(&x, &y, 1, ncclDataType_t(99), ncclSum, comms[0], nullptr) != ncclInvalidArgument) failures++;
   for (ncclComm_t c : comms) ncclCommDestroy(c);
+  return failures == 0 ? 0 : 3;
+}
+
+constexpr const char* kPinnedHelperVar = "SNCCL_MP_PINNED_HELPER";
+
+// Helper mode: 2 ranks, each initialised by a thread bound to the CPU SNCCL_TEST_RANK_CPUS
+// names for it ("a,b"), then one allreduce. SNCCL_SPIN_US is the default's.
+int pinnedHelperMain() {
+  unsetenv("SNCCL_SPIN_US");
+  int cpu[2] = {-1, -1};
+  const char* spec = std::getenv("SNCCL_TEST_RANK_CPUS");
+  if (spec == nullptr || std::sscanf(spec, "%d,%d", &cpu[0], &cpu[1]) != 2) return 4;
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu[r], &set);
+      ncclComm_t comm = nullptr;
+      if (sched_setaffinity(0, sizeof set, &set) != 0 || ncclCommInitRank(&comm, 2, id, r) != ncclSuccess) {
+        failures++;
+        return;
+      }
+      float x = 1.0f, y = 0.0f;
+      if (ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess || y != 2.0f) failures++;
+      ncclCommDestroy(comm);
+    });
+  for (auto& t : threads) t.join();
   return failures == 0 ? 0 : 3;
 }
 
@@ -159,6 +193,53 @@ TEST(Logging, SaysHowRingsPublish) {
   for (const std::string& l : lines) EXPECT_NE(l.find("with a full fence (SNCCL_MEMBARRIER=0)"), std::string::npos) << l;
 }
 
+// A rank's waits spin only when its CPUs are not shared with more ranks than they hold:
+// two ranks bound to one CPU (taskset, a container's cpuset) sleep at once, however many
+// CPUs the host has online; two ranks bound to a CPU each spin.
+TEST(Logging, SaysHowWaitsSpin) {
+  auto waitLines = [](const HelperRun& run) {
+    std::vector<std::string> out;
+    for (const std::string& l : run.lines)
+      if (l.find(": waits spin ") != std::string::npos) out.push_back(l);
+    return out;
+  };
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> usable;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) usable.push_back(c);
+  ASSERT_FALSE(usable.empty());
+  const std::string a = std::to_string(usable[0]);
+
+  TempDir shared;
+  ASSERT_FALSE(shared.path.empty());
+  HelperRun one = runHelper(kPinnedHelperVar, shared.path,
+                            {{"NCCL_DEBUG", "INFO"},
+                             {"NCCL_DEBUG_SUBSYS", "INIT"},
+                             {"SNCCL_TEST_RANK_CPUS", a + "," + a},
+                             {"NCCL_DEBUG_FILE", shared.path + "/s.%p"}});
+  ASSERT_EQ(one.rc, 0) << dump(one);
+  std::vector<std::string> lines = waitLines(one);
+  ASSERT_EQ(lines.size(), 2u) << "one line per rank\n" << dump(one);
+  for (const std::string& l : lines)
+    EXPECT_NE(l.find("shares 1 CPU with 1 rank of this node: waits spin 0 us, yield 500 us"), std::string::npos) << l;
+
+  if (usable.size() < 2) GTEST_SKIP() << "ranks on CPUs of their own need 2 usable CPUs, this thread has 1";
+  TempDir apart;
+  ASSERT_FALSE(apart.path.empty());
+  HelperRun two = runHelper(kPinnedHelperVar, apart.path,
+                            {{"NCCL_DEBUG", "INFO"},
+                             {"NCCL_DEBUG_SUBSYS", "INIT"},
+                             {"SNCCL_TEST_RANK_CPUS", a + "," + std::to_string(usable[1])},
+                             {"NCCL_DEBUG_FILE", apart.path + "/a.%p"}});
+  ASSERT_EQ(two.rc, 0) << dump(two);
+  lines = waitLines(two);
+  ASSERT_EQ(lines.size(), 2u) << "one line per rank\n" << dump(two);
+  for (const std::string& l : lines)
+    EXPECT_NE(l.find("shares 1 CPU with 0 ranks of this node: waits spin 1000 us, yield 0 us"), std::string::npos) << l;
+}
+
 // The SNCCL_ spelling is an alias of the NCCL_ one.
 TEST(Logging, SncclAliases) {
   TempDir dir;
@@ -174,6 +255,7 @@ TEST(Logging, SncclAliases) {
 
 int main(int argc, char** argv) {
   if (std::getenv(kHelperVar) != nullptr) return helperMain();
+  if (std::getenv(kPinnedHelperVar) != nullptr) return pinnedHelperMain();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
