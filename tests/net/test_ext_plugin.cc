@@ -3,7 +3,7 @@
 // adapter, within the version's in-flight request limit; libraries that fail init, have no
 // device, export no table or only an older one are skipped with their reason, and the
 // ranks fall back to snccl's own nets; a killed peer behind a plugin ends in errors, not
-// hangs. The multi-rank suite itself runs over the plugins as test_net_ranks_plugin_v*.
+// hangs; a communicator destroyed at exit, after the library's statics, still closes. The multi-rank suite itself runs over the plugins as test_net_ranks_plugin_v*.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -299,6 +299,37 @@ TEST(ExtPluginRanks, KilledPeerGivesErrorsNotHangs) {
   }
   EXPECT_GE(throughPlugin, 1) << o.describe();
   EXPECT_GE(naming, 1) << o.describe();
+}
+
+// A communicator a program leaves alive until exit, then destroys from a destructor that
+// runs after the library's own: it is constructed before main, so C++ destroys it after
+// every static constructed later, the loaded plugins among them. Built-in nets live until
+// exit; an external plugin's must too, and the plugin's own state (ext_export.h). Run
+// over the plugin's net and over snccl's own with the plugin loaded.
+ncclComm_t gLeakedComm = nullptr;
+struct DestroyAfterStatics {
+  ~DestroyAfterStatics() {
+    if (gLeakedComm != nullptr && ncclCommDestroy(gLeakedComm) != ncclSuccess) _exit(5);
+  }
+} gDestroyAfterStatics;
+
+TEST(ExtPluginRanks, CommDestroyedAtExitAfterStatics) {
+  for (const char* net : {"SnSocket", "Socket"}) {
+    SCOPED_TRACE(net);
+    nettest::Cluster c = loopback(2);
+    c.env.push_back({"NCCL_NET_PLUGIN", pluginPath("snsock-v12")});
+    c.env.push_back({"SNCCL_NET", net});
+    nettest::Outcome o = nettest::runCluster(c, [](ncclComm_t comm, int rank, int n, nettest::Shared* sh, bool*) {
+      nettest::Checker check(comm, rank, n);
+      const bool ok = check.all({1031, 100000});
+      nettest::report(sh, rank, ok ? 0 : 1, check.error());
+      std::fflush(stdout);
+      gLeakedComm = comm;
+      std::exit(ok ? 0 : 1);  // static destructors run, then ~DestroyAfterStatics
+      return false;
+    });
+    EXPECT_TRUE(o.allExitedZero()) << o.describe();
+  }
 }
 
 }  // namespace

@@ -55,7 +55,10 @@ class Exporter {
     std::map<Comm*, std::set<void*>> pending;
   };
   static State& state() {
-    static State s;  // the plugin's only state: ncclNet's calls carry no context before v11
+    // The plugin's only state: ncclNet's calls carry no context before v11. Never
+    // destroyed: a communicator still alive at exit may close its connections after the
+    // library's statics are gone.
+    static State& s = *new State;
     return s;
   }
   struct Req {

@@ -110,8 +110,10 @@ LoadedPlugin loadPlugin(const std::string& entry) {
 }
 
 const std::vector<LoadedPlugin>& externalPlugins() {
-  // Loaded once per process, as NCCL does; nothing in it changes afterwards.
-  static const std::vector<LoadedPlugin> plugins = [] {
+  // Loaded once per process, as NCCL does; nothing in it changes afterwards. Never
+  // destroyed, as the built-in nets are not: a communicator still alive at exit (a proxy
+  // thread, or a destructor that runs after this one's) would call into a freed net.
+  static const std::vector<LoadedPlugin>& plugins = *new std::vector<LoadedPlugin>([] {
     std::vector<LoadedPlugin> out;
     for (const std::string& e : pluginEntries(params::getString(params::Id::NetPlugin))) {
       out.push_back(loadPlugin(e));
@@ -123,7 +125,7 @@ const std::vector<LoadedPlugin>& externalPlugins() {
         SN_INFO(log::kNet | log::kInit, "NET/Plugin: %s: %s; skipped", p.entry.c_str(), p.problem.c_str());
     }
     return out;
-  }();
+  }());
   return plugins;
 }
 
