@@ -272,6 +272,74 @@ TEST(Multipath, SilentPathIsBypassedAndUsedAgainWhenItRecovers) {
   EXPECT_EQ(e.tx->pathBytes(0) + e.tx->pathBytes(1) - e.tx->duplicateBytes(), 160u << 20);
 }
 
+// A path whose records back up on the way back (the sender stops reading it, as a cable
+// cut towards the sender stops it) stops carrying credits while the other carries them,
+// instead of queueing a 40-byte CTS per message until the receiver gives the path up
+// (1 MiB). When the other path then dies with credits the sender never read, the first
+// carries credits again, from the oldest receive no chunk has arrived for, so those
+// messages still get theirs.
+TEST(Multipath, PathWhoseRecordsBackUpStopsCarryingCreditsUntilItIsNeeded) {
+  Ends e;
+  openEnds(2, &e, 600000);
+  if (HasFatalFailure()) return;
+  // A small socket buffer on the way back: records back up sooner. (Not the sender's
+  // receive buffer: shrunk on a connected socket, it can leave TCP's window shut.)
+  const int small = 4096;
+  ASSERT_EQ(setsockopt(e.rxFds[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  e.tx->holdPath(1, true);
+  size_t most = 0;
+  transfer(e, std::vector<size_t>(40000, 8), 32, [&](size_t) { most = std::max(most, e.rx->pathQueuedBytes(1)); });
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(e.rx->livePaths(), 2) << "the receiver gave path 1 up";
+  EXPECT_FALSE(e.rx->pathCarriesCredits(1));
+  EXPECT_GT(most, 0u) << "records never backed up on path 1: the test shows nothing";
+  EXPECT_LT(most, 256u * 1024) << "records kept piling up on path 1";
+
+  // Credits for 4 receives go on path 0 alone, and the sender never reads them: it
+  // stops reading path 0, then path 0 fails. It reads path 1 again.
+  constexpr int kLate = 4;
+  std::vector<std::vector<char>> src, dst;
+  std::vector<MpRequest*> recvs, sends;
+  e.tx->holdPath(0, true);
+  for (int i = 0; i < kLate; ++i) {
+    src.push_back(pattern(3 * kChunk + 5, uint32_t(i + 7)));
+    dst.emplace_back(3 * kChunk + 5);
+    auto r = e.rx->irecv(dst.back().data(), dst.back().size(), 3);
+    ASSERT_TRUE(r.ok() && r.value() != nullptr);
+    recvs.push_back(r.value());
+  }
+  ::shutdown(e.txFds[0], SHUT_RDWR);
+  e.tx->holdPath(1, false);
+  int recvsDone = 0;
+  size_t sendsDone = 0;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); recvsDone < kLate && Clock::now() < deadline;) {
+    if (sends.size() < size_t(kLate)) {
+      auto q = e.tx->isend(src[sends.size()].data(), src[sends.size()].size(), 3, 0);
+      ASSERT_TRUE(q.ok()) << q.status().message();
+      if (q.value() != nullptr) sends.push_back(q.value());
+    }
+    if (sendsDone < sends.size()) {
+      bool done = false;
+      Status st = e.tx->test(sends[sendsDone], &done, nullptr, nullptr);
+      ASSERT_TRUE(st.ok()) << st.message();
+      sendsDone += done;
+    }
+    bool done = false;
+    size_t n = 0;
+    Status st = e.rx->test(recvs[size_t(recvsDone)], &done, &n, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message();
+    if (done) {
+      EXPECT_EQ(n, src[size_t(recvsDone)].size());
+      EXPECT_EQ(dst[size_t(recvsDone)], src[size_t(recvsDone)]) << "message " << recvsDone;
+      ++recvsDone;
+    }
+  }
+  ASSERT_EQ(recvsDone, kLate) << sends.size() << " of " << kLate << " sends got their credit";
+  EXPECT_EQ(e.rx->livePaths(), 1);
+  EXPECT_TRUE(e.rx->pathCarriesCredits(1));
+  transfer(e, std::vector<size_t>(100, 2 * kChunk + 1), 8);
+}
+
 // The same from the receiving end: its socket of path 0 fails; the sender learns it from
 // the failed socket (or the receiver's DROP) and finishes on path 1.
 TEST(Multipath, PathFailingAtTheReceiverIsSurvived) {

@@ -42,11 +42,25 @@ constexpr size_t kMaxWindow = 16u << 20;
 constexpr size_t kSenderInBytes = 64 * kRec;  // records read per recv(2) on the sending end
 constexpr size_t kSinkBytes = 64 * 1024;
 constexpr size_t kMaxOutBytes = 1 << 20;
+// A receiver's path with more records than this waiting to be written stops carrying
+// credits while another path carries them (queueCredit). Far below kMaxOutBytes, at which
+// the path is given up; far above what a path the sender reads ever holds (at most
+// kMaxRequests credits are outstanding, and the socket buffer takes them).
+constexpr size_t kCreditBacklogBytes = 64 * 1024;
 
 MpRecord record(uint16_t type) {
   MpRecord r{};
   r.type = type;
   return r;
+}
+
+// The CTS of a posted receive: before a chunk arrives its size is the one posted.
+MpRecord creditFor(const MpRequest& r) {
+  MpRecord cts = record(sockwire::kMpCts);
+  cts.seq = r.seq;
+  cts.total = r.size;
+  cts.tag = r.tag;
+  return cts;
 }
 
 std::string pathLabel(const sock::Socket& s) {
@@ -124,6 +138,40 @@ void MultipathConn::queueAll(const void* rec) {
     if (p.alive) queueRecord(p, rec);
 }
 
+void MultipathConn::queueCredit(const MpRecord& cts) {
+  auto queued = [](const Path& p) { return p.out.size() - p.outOff; };
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    Path& p = paths_[i];
+    if (!p.alive || !p.credits || queued(p) <= kCreditBacklogBytes) continue;
+    const bool other = std::any_of(paths_.begin(), paths_.end(), [&](const Path& q) {
+      return &q != &p && q.alive && q.credits && queued(q) <= kCreditBacklogBytes;
+    });
+    if (!other) continue;
+    p.credits = false;
+    SN_INFO(log::kNet,
+            "NET/Socket %s: path %zu (%s) stops carrying credits: %zu bytes of records wait to be written on it; the "
+            "other paths carry them",
+            what_.c_str(), i, p.label.c_str(), queued(p));
+  }
+  for (Path& p : paths_)
+    if (p.alive && p.credits) queueRecord(p, &cts);
+}
+
+void MultipathConn::resumeCredits(size_t i) {
+  Path& p = paths_[i];
+  p.credits = true;
+  if (peerBye_ || byeSent_) return;
+  size_t n = 0;
+  for (const MpRequest* r : order_)
+    if (!r->matched) {
+      const MpRecord cts = creditFor(*r);
+      queueRecord(p, &cts);
+      ++n;
+    }
+  SN_INFO(log::kNet, "NET/Socket %s: path %zu (%s) carries credits again (%zu written again)", what_.c_str(), i,
+          p.label.c_str(), n);
+}
+
 Status MultipathConn::fail(Status s) {
   if (!error_.ok()) return error_;
   s.addContext("NET/Socket " + what_);
@@ -170,11 +218,7 @@ Result<MpRequest*> MultipathConn::irecv(void* data, size_t size, int tag) {
   r->tag = tag;
   order_.push_back(r);
   if (!peerBye_ && !byeSent_) {
-    MpRecord cts = record(sockwire::kMpCts);
-    cts.seq = r->seq;
-    cts.total = size;
-    cts.tag = tag;
-    queueAll(&cts);
+    queueCredit(creditFor(*r));
     for (size_t i = 0; i < paths_.size(); ++i)
       if (paths_[i].alive) SNCCL_TRY(flushOut(paths_[i], i));
   }
@@ -358,7 +402,11 @@ void MultipathConn::queueAck(Path& p) {
 Status MultipathConn::flushOut(Path& p, size_t i) {
   // One acknowledgement covers every chunk taken so far: queued only once the socket took
   // the records before it, so that a slow path carries one, not one per pass.
-  if (p.outOff == p.out.size()) queueAck(p);
+  if (p.outOff == p.out.size()) {
+    // Its records are all written: a path that stopped carrying credits carries them again.
+    if (!sender_ && !p.credits) resumeCredits(i);
+    queueAck(p);
+  }
   while (p.outOff < p.out.size()) {
     Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
     if (!k.ok()) return pathFailed(i, k.status());
