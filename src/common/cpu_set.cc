@@ -40,15 +40,25 @@ CpuSet& CpuSet::operator|=(const CpuSet& other) {
   return *this;
 }
 
-CpuSet currentCpuSet() {
+std::vector<int> CpuSet::list() const {
+  std::vector<int> out;
+  for (int c = 0; c < kBits; ++c)
+    if (has(c)) out.push_back(c);
+  return out;
+}
+
+std::optional<CpuSet> threadCpuSet() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return CpuSet::all();
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return std::nullopt;
   CpuSet s;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) s.add(c);
-  return s.count() > 0 ? s : CpuSet::all();
+  if (s.count() == 0) return std::nullopt;
+  return s;
 }
+
+CpuSet currentCpuSet() { return threadCpuSet().value_or(CpuSet::all()); }
 
 CpuShare cpuShare(std::span<const CpuSet> sets, size_t self, int online) {
   if (self >= sets.size()) return CpuShare{1, std::max(online, 1)};
@@ -75,6 +85,11 @@ int cpusSpanned(std::span<const CpuSet> sets, int online) {
   CpuSet spanned;
   for (const CpuSet& s : sets) spanned |= s;
   return std::clamp(spanned.count(), 1, std::max(online, 1));
+}
+
+bool oversubscribed(std::span<const CpuSet> sets, size_t self, int online, int helperThreads) {
+  const CpuShare group = cpuShare(sets, self, online);
+  return group.ranks > group.cpus || int(sets.size()) + helperThreads > std::max(online, 1);
 }
 
 }  // namespace snccl

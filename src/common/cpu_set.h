@@ -10,7 +10,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <vector>
 
 namespace snccl {
 
@@ -25,10 +27,13 @@ struct CpuSet {
   int count() const;
   bool overlaps(const CpuSet& other) const;
   CpuSet& operator|=(const CpuSet& other);
+  std::vector<int> list() const;  // the ids, ascending
 };
 
-// The CPUs the calling thread may run on (sched_getaffinity); all() when the call fails
-// (a kernel with more than 1024 CPU ids).
+// The CPUs the calling thread may run on (sched_getaffinity); nullopt when the call fails
+// (a kernel with more than 1024 CPU ids) or names none.
+std::optional<CpuSet> threadCpuSet();
+// The same, all() when unknown: such a rank shares every CPU with every rank of its node.
 CpuSet currentCpuSet();
 
 // The ranks whose CPU sets overlap sets[self], directly or through one another's, and how
@@ -43,5 +48,12 @@ CpuShare cpuShare(std::span<const CpuSet> sets, size_t self, int online);
 
 // The CPUs the ranks of `sets` can use together, at most `online`.
 int cpusSpanned(std::span<const CpuSet> sets, int online);
+
+// Whether waits of rank sets[self] must not spin: its CPU group (cpuShare) holds more
+// ranks than CPUs, or its node's ranks plus `helperThreads` (the proxy and doorbell
+// threads of net peers) outnumber the node's `online` CPUs. The helpers count only
+// node-wide: they mostly sleep while an operation runs (the executor drives its net rings
+// itself), so a rank bound to a CPU of its own keeps spinning on it.
+bool oversubscribed(std::span<const CpuSet> sets, size_t self, int online, int helperThreads);
 
 }  // namespace snccl

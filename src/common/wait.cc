@@ -53,7 +53,7 @@ Backoff::Phase Backoff::idle() {
   return Phase::kSleep;
 }
 
-int64_t spinBudgetUs(int busyThreads, int cpus) {
+int64_t spinBudgetUs(bool oversubscribed) {
   int64_t spin = params::getIntClamped(params::Id::SpinUs, 0, INT64_MAX);
   // With more threads than CPUs, a spinning waiter holds the CPU its peer needs, so it
   // yields at once (Backoff still polls 16 times first). On 2 cores, a 125 us spin made
@@ -62,10 +62,10 @@ int64_t spinBudgetUs(int busyThreads, int cpus) {
   // Two ranks confined to one CPU (taskset -c 0) with the default 1 ms spin took 1 ms per
   // 8 B AllReduce, against 5-7 us without.
   // An explicit SNCCL_SPIN_US wins: the user may know that the CPUs are free for it.
-  if (busyThreads > std::max(cpus, 1) && !params::isSet(params::Id::SpinUs)) spin = 0;
+  if (oversubscribed && !params::isSet(params::Id::SpinUs)) spin = 0;
   return spin < 0 ? 0 : spin;
 }
 
-int64_t yieldBudgetUs(int busyThreads, int cpus) { return busyThreads > std::max(cpus, 1) ? 500 : 0; }
+int64_t yieldBudgetUs(bool oversubscribed) { return oversubscribed ? 500 : 0; }
 
 }  // namespace snccl

@@ -52,16 +52,15 @@ class Backoff {
   uint64_t iter_ = 0;  // calls since the last reset (64 bits: never wraps)
 };
 
-// Spin budget of a rank whose waits share `cpus` CPUs with `busyThreads` threads that must
-// progress (ranks, and the proxy threads of net peers; common/cpu_set.h counts them):
-// SNCCL_SPIN_US, or 0 when the threads outnumber the CPUs (spinning then only steals the
-// time slice of the thread it waits for), unless the user set SNCCL_SPIN_US.
-int64_t spinBudgetUs(int busyThreads, int cpus);
+// Spin budget of a rank: SNCCL_SPIN_US, or 0 when the threads that must progress outnumber
+// the CPUs they may run on (`oversubscribed`, common/cpu_set.h: spinning then only steals
+// the time slice of the thread it waits for), unless the user set SNCCL_SPIN_US.
+int64_t spinBudgetUs(bool oversubscribed);
 
-// How long such a rank yields (sched_yield) between spinning and sleeping: only when the
-// threads outnumber the CPUs. Otherwise each has a CPU, and a yield only hands ours to
+// How long a rank yields (sched_yield) between spinning and sleeping: only when
+// oversubscribed. Otherwise each thread has a CPU, and a yield only hands ours to
 // unrelated load for a whole time slice (milliseconds) while the peer's message is about
 // to arrive.
-int64_t yieldBudgetUs(int busyThreads, int cpus);
+int64_t yieldBudgetUs(bool oversubscribed);
 
 }  // namespace snccl

@@ -82,8 +82,8 @@ void commPlaceThread(ncclComm* comm) {
   if (params::getInt(params::Id::PinRanks) == 0) return;
   // Only a thread that may run on every online CPU: one a launcher or the user bound
   // (to one CPU, or to a share of the node per rank) is left where it is. The node is
-  // oversubscribed when it has more ranks than CPUs, as the cost model and the spin
-  // budget judge it.
+  // oversubscribed when it has more ranks than CPUs; with every rank unbound, the cost
+  // model and the spin budget judge it so too (common/cpu_set.h).
   const std::vector<int> allowed = topo::currentThreadCpus();
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (online < 2 || static_cast<long>(allowed.size()) != online) return;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "common/cpu_set.h"
 #include "common/log.h"
@@ -205,28 +206,18 @@ Status planConnections(ncclComm* comm) {
   return OkStatus();
 }
 
-// The CPU sets of the ranks on `host`, in rank order; *index: where `rank` is among them.
-std::vector<CpuSet> hostCpuSets(const ncclComm* comm, uint64_t host, int rank, size_t* index) {
-  std::vector<CpuSet> sets;
-  for (int r = 0; r < comm->nranks; ++r) {
-    const PeerInfo& p = comm->peers.info[size_t(r)];
-    if (p.hostHash != host) continue;
-    if (r == rank && index != nullptr) *index = sets.size();
-    sets.push_back(p.cpuSet);
-  }
-  return sets;
-}
-
 // The cost model's inputs, from the peers' table: identical on every rank.
 void tune(ncclComm* comm) {
   std::vector<uint64_t> procs;  // which ranks are threads of one process
   // CPUs the ranks of each rank's host can use together: more ranks than CPUs changes the picks
   std::vector<int> cpus;
   std::vector<tuning::ChannelRange> ranges;  // what each rank asks for; all use the agreed one
-  for (int r = 0; r < comm->nranks; ++r) {
-    const PeerInfo& p = comm->peers.info[size_t(r)];
+  std::unordered_map<uint64_t, CpuSet> hostSets;  // the union of each host's ranks' sets
+  for (const PeerInfo& p : comm->peers.info) hostSets[p.hostHash] |= p.cpuSet;
+  for (const PeerInfo& p : comm->peers.info) {
     procs.push_back(p.processToken);
-    cpus.push_back(cpusSpanned(hostCpuSets(comm, p.hostHash, r, nullptr), p.cpus));
+    const CpuSet& spanned = hostSets[p.hostHash];
+    cpus.push_back(cpusSpanned(std::span<const CpuSet>(&spanned, 1), p.cpus));
     ranges.push_back({p.minChannels, p.maxChannels});
   }
   const tuning::ChannelRange channels = tuning::agreeChannels(ranges);
@@ -253,15 +244,20 @@ void setWaitBudgets(ncclComm* comm) {
   // threads mostly sleep during an operation; counting them or not measured the same
   // (3 interleaved rounds each, 8 B to 16 MiB), so they stay counted for the cases where
   // they do run (the rank asleep, between operations).
-  // The ranks counted are those whose CPUs overlap this rank's (common/cpu_set.h): ranks
-  // pinned to CPUs of their own spin even when the node runs more ranks than this one has.
+  // The ranks are also counted against the CPUs of their own affinity (common/cpu_set.h):
+  // ranks bound to CPUs of their own spin, ranks bound to fewer CPUs than they are do not.
   const PeerInfo& self = comm->peers.info[size_t(comm->rank)];
   size_t index = 0;
-  const std::vector<CpuSet> sets = hostCpuSets(comm, self.hostHash, comm->rank, &index);
+  std::vector<CpuSet> sets;  // this node's ranks' sets, in rank order
+  for (const PeerInfo& p : comm->peers.info)
+    if (p.hostHash == self.hostHash) {
+      if (p.rank == comm->rank) index = sets.size();
+      sets.push_back(p.cpuSet);
+    }
   const CpuShare share = cpuShare(sets, index, self.cpus);
-  const int busyThreads = share.ranks + (comm->tuner.shape.nnodes > 1 ? 2 : 0);
-  comm->spinUs = spinBudgetUs(busyThreads, share.cpus);
-  comm->yieldUs = yieldBudgetUs(busyThreads, share.cpus);
+  const bool over = oversubscribed(sets, index, self.cpus, comm->tuner.shape.nnodes > 1 ? 2 : 0);
+  comm->spinUs = spinBudgetUs(over);
+  comm->yieldUs = yieldBudgetUs(over);
   SN_INFO(log::kInit, "rank %d: shares %d CPU%s with %d rank%s of this node: waits spin %lld us, yield %lld us",
           comm->rank, share.cpus, share.cpus == 1 ? "" : "s", share.ranks - 1, share.ranks == 2 ? "" : "s",
           (long long)comm->spinUs, (long long)comm->yieldUs);

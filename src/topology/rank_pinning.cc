@@ -1,7 +1,7 @@
 // Placement of oversubscribed ranks on CPUs (see rank_pinning.h).
 #include "topology/rank_pinning.h"
 
-#include <sched.h>
+#include "common/cpu_set.h"
 
 namespace snccl::topo {
 
@@ -18,13 +18,8 @@ int pinnedCpuFor(int localRank, int localRanks, std::span<const int> allowed) {
 }
 
 std::vector<int> currentThreadCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
+  const std::optional<CpuSet> set = threadCpuSet();
+  return set ? set->list() : std::vector<int>();
 }
 
 }  // namespace snccl::topo

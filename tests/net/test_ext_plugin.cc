@@ -3,7 +3,8 @@
 // adapter, within the version's in-flight request limit; libraries that fail init, have no
 // device, export no table or only an older one are skipped with their reason, and the
 // ranks fall back to snccl's own nets; a killed peer behind a plugin ends in errors, not
-// hangs; a communicator destroyed at exit, after the library's statics, still closes. The multi-rank suite itself runs over the plugins as test_net_ranks_plugin_v*.
+// hangs; a communicator destroyed at exit, after the library's statics, still closes.
+// The multi-rank suite itself runs over the plugins as test_net_ranks_plugin_v*.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

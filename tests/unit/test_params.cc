@@ -267,8 +267,8 @@ TEST(Registry, ClampedValueWarnsOnce) {
   expectInFreshProcess((Env{{"SNCCL_SPIN_US", "-3"}, {"NCCL_DEBUG", "WARN"}}), [] {
     const std::string path = childLogPath();
     setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
-    CHILD_CHECK(spinBudgetUs(1, 1) == 0);
-    CHILD_CHECK(spinBudgetUs(1, 1) == 0);
+    CHILD_CHECK(spinBudgetUs(false) == 0);
+    CHILD_CHECK(spinBudgetUs(false) == 0);
     const std::string err = log::lastError();
     CHILD_CHECK(err.find("SNCCL_SPIN_US=-3") != std::string::npos);
     CHILD_CHECK(err.find("using 0") != std::string::npos);
@@ -308,22 +308,19 @@ TEST(Registry, ConcurrentFirstUse) {
 namespace snccl::params {
 namespace {
 
-// More busy threads than CPUs turn the spin off, unless the user set SNCCL_SPIN_US; the
-// yield comes only then.
+// Oversubscription turns the spin off, unless the user set SNCCL_SPIN_US; the yield comes
+// only then.
 TEST(Registry, ExplicitSpinWinsOverOversubscription) {
   expectInFreshProcess(Env{}, [] {
-    CHILD_CHECK(spinBudgetUs(3, 2) == 0);
-    CHILD_CHECK(spinBudgetUs(2, 1) == 0);
-    CHILD_CHECK(spinBudgetUs(2, 2) == 1000);
-    CHILD_CHECK(spinBudgetUs(1, 1) == 1000);
-    CHILD_CHECK(spinBudgetUs(1, 0) == 1000);  // no CPUs known: one
-    CHILD_CHECK(yieldBudgetUs(2, 1) == 500);
-    CHILD_CHECK(yieldBudgetUs(2, 2) == 0);
+    CHILD_CHECK(spinBudgetUs(true) == 0);
+    CHILD_CHECK(spinBudgetUs(false) == 1000);
+    CHILD_CHECK(yieldBudgetUs(true) == 500);
+    CHILD_CHECK(yieldBudgetUs(false) == 0);
     return std::string();
   });
   expectInFreshProcess((Env{{"SNCCL_SPIN_US", "250"}}), [] {
-    CHILD_CHECK(spinBudgetUs(1 << 20, 1) == 250);
-    CHILD_CHECK(spinBudgetUs(1, 1) == 250);
+    CHILD_CHECK(spinBudgetUs(true) == 250);
+    CHILD_CHECK(spinBudgetUs(false) == 250);
     return std::string();
   });
 }

@@ -402,26 +402,31 @@ void MultipathConn::queueAck(Path& p) {
 Status MultipathConn::flushOut(Path& p, size_t i) {
   // One acknowledgement covers every chunk taken so far: queued only once the socket took
   // the records before it, so that a slow path carries one, not one per pass.
-  if (p.outOff == p.out.size()) {
-    // Its records are all written: a path that stopped carrying credits carries them again.
-    if (!sender_ && !p.credits) resumeCredits(i);
-    queueAck(p);
-  }
-  while (p.outOff < p.out.size()) {
-    Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
-    if (!k.ok()) return pathFailed(i, k.status());
-    if (k.value() == 0) {
-      // Records pile up only on a path the peer no longer reads (a cut cable: the socket
-      // buffer filled without an error): bounded, the path is given up.
-      if (p.out.size() - p.outOff > kMaxOutBytes)
-        return pathFailed(i, RemoteError("%zu bytes of records wait on a full socket: the peer does not read the path",
-                                         p.out.size() - p.outOff));
-      return OkStatus();
+  for (;;) {
+    if (p.outOff == p.out.size()) {
+      // Its records are all written: a path that stopped carrying credits carries them
+      // again, now (a sender may be waiting for one that only this path can bring).
+      if (!sender_ && !p.credits) resumeCredits(i);
+      queueAck(p);
+      if (p.outOff == p.out.size()) break;
     }
-    p.outOff += k.value();
+    while (p.outOff < p.out.size()) {
+      Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
+      if (!k.ok()) return pathFailed(i, k.status());
+      if (k.value() == 0) {
+        // Records pile up only on a path the peer no longer reads (a cut cable: the socket
+        // buffer filled without an error): bounded, the path is given up.
+        const size_t queued = p.out.size() - p.outOff;
+        if (queued > kMaxOutBytes)
+          return pathFailed(
+              i, RemoteError("%zu bytes of records wait on a full socket: the peer does not read the path", queued));
+        return OkStatus();
+      }
+      p.outOff += k.value();
+    }
+    p.out.clear();
+    p.outOff = 0;
   }
-  p.out.clear();
-  p.outOff = 0;
   if (p.shutAfterFlush) {
     ::shutdown(p.sock.fd(), SHUT_WR);
     p.shutAfterFlush = false;
@@ -499,9 +504,10 @@ Status MultipathConn::handleRecord(size_t i, const char* raw) {
       return startChunk(i, raw);
     case sockwire::kMpCts:
       if (!sender_) return protocol("a credit sent to the receiving end");
-      // Each path carries every credit in order from the first (the receiver writes each
-      // on every live path and never returns to a dead one), so a copy is either the next
-      // credit or one already kept.
+      // A copy is either the next credit or one already kept: a path carries the credits
+      // in order from the first, except one that stopped carrying them while its records
+      // backed up, which starts again at the oldest receive no chunk arrived for
+      // (resumeCredits; multipath_conn.h says why the sender kept every one before it).
       if (rec.seq > creditsSeen_) return protocol("credit out of order");
       if (rec.seq < creditsSeen_) return OkStatus();
       if (credits_.size() >= size_t(kMaxRequests)) return protocol("more credits than receives can be posted");
