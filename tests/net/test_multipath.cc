@@ -10,17 +10,14 @@
 // Both ends run on the test thread (the connection is non-blocking).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
-#include "common/log.h"
 #include "common/socket.h"
 #include "transport/net/socket/multipath_conn.h"
 #include "transport/net/socket/socket_setup.h"
@@ -273,46 +270,6 @@ TEST(Multipath, SilentPathIsBypassedAndUsedAgainWhenItRecovers) {
   EXPECT_GT(e.tx->pathBytes(1) - bytesAtRelease, e.tx->duplicateBytes() - duplicatesAtRelease)
       << "path 1 carried no new chunk after it recovered";
   EXPECT_EQ(e.tx->pathBytes(0) + e.tx->pathBytes(1) - e.tx->duplicateBytes(), 160u << 20);
-}
-
-// A path silent for over a second while the other answers is named in a warning, then,
-// kept under the default path timeout (a minute), named again when it acknowledges again
-// and used for new chunks: a link that flaps for seconds keeps its rail.
-TEST(Multipath, PathSilentForASecondIsNamedAndKeptUntilItComesBack) {
-  Ends e;
-  openEnds(2, &e, socknet::MultipathConfig{}.stallMs);
-  if (HasFatalFailure()) return;
-  EXPECT_EQ(socknet::MultipathConfig{}.stallMs, 60000);
-  std::vector<size_t> sizes(4000, kChunk);
-  Clock::time_point heldAt{};
-  bool released = false;
-  std::string named, back;
-  uint64_t bytesAtRelease = 0, duplicatesAtRelease = 0;
-  transfer(e, sizes, 8, [&](size_t sent) {
-    if (heldAt == Clock::time_point{} && sent >= 30 && e.tx->pathInFlight(1) > 0) {
-      e.rx->holdPath(1, true);
-      heldAt = Clock::now();
-    } else if (heldAt != Clock::time_point{} && !released && Clock::now() - heldAt > std::chrono::milliseconds(1500)) {
-      named = log::lastError();
-      e.rx->holdPath(1, false);
-      released = true;
-      bytesAtRelease = e.tx->pathBytes(1);
-      duplicatesAtRelease = e.tx->duplicateBytes();
-    } else if (released && back.empty() && std::string(log::lastError()).find("again after") != std::string::npos) {
-      back = log::lastError();
-    }
-    if (heldAt != Clock::time_point{} && !released) usleep(1000);  // messages trickle while path 1 is silent
-  });
-  if (HasFatalFailure()) return;
-  ASSERT_TRUE(released) << "the messages ended before path 1 was silent for 1.5 s";
-  EXPECT_NE(named.find("path 1 (127.0.0.2 -> 127.0.0.2) is cut or stuck: no chunk acknowledged for 1."),
-            std::string::npos)
-      << named;
-  EXPECT_NE(named.find("(SNCCL_SOCKET_PATH_TIMEOUT=60000) in case it comes back"), std::string::npos) << named;
-  EXPECT_NE(back.find("path 1 (127.0.0.2 -> 127.0.0.2) acknowledges again after 1."), std::string::npos) << back;
-  EXPECT_EQ(e.tx->livePaths(), 2);
-  EXPECT_GT(e.tx->pathBytes(1) - bytesAtRelease, e.tx->duplicateBytes() - duplicatesAtRelease)
-      << "path 1 carried no new chunk after it came back";
 }
 
 // A path whose records back up on the way back (the sender stops reading it, as a cable

@@ -38,9 +38,6 @@ constexpr double kUsableRatio = 8;
 // one.
 constexpr double kLateFactor = 4;
 constexpr double kLateMinSec = 0.025;
-// A late path silent this long while the receiver answers elsewhere is cut or stuck: a
-// warning names it, long before SNCCL_SOCKET_PATH_TIMEOUT gives it up.
-constexpr double kNameCutAfterSec = 1.0;
 constexpr size_t kMaxWindow = 16u << 20;
 constexpr size_t kSenderInBytes = 64 * kRec;  // records read per recv(2) on the sending end
 constexpr size_t kSinkBytes = 64 * 1024;
@@ -642,11 +639,6 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::t
   }
   const size_t popped = size_t(count - p.acked);
   p.resent = p.resent > popped ? p.resent - popped : 0;
-  if (p.named) {
-    p.named = false;
-    SN_WARN("NET/Socket %s: path %zu (%s) acknowledges again after %.1f s: it takes chunks again", what_.c_str(),
-            size_t(&p - paths_.data()), p.label.c_str(), seconds(now - p.lastProgress));
-  }
   const bool wasLate = p.late;
   p.late = false;
   p.unackedBytes -= bytes;
@@ -708,14 +700,6 @@ Status MultipathConn::checkStalls(Clock::time_point now) {
                 "chunks go again on the other paths",
                 what_.c_str(), i, p.label.c_str(), 1e3 * seconds(silent), p.unacked.size());
       }
-    }
-    if (p.late && !p.named && seconds(silent) >= kNameCutAfterSec && silent < stall && heardSincePing(i, false)) {
-      p.named = true;
-      SN_WARN(
-          "NET/Socket %s: path %zu (%s) is cut or stuck: no chunk acknowledged for %.1f s while the receiver "
-          "answers on other paths; its chunks go on the others, and it is kept for %.0f s more "
-          "(SNCCL_SOCKET_PATH_TIMEOUT=%d) in case it comes back",
-          what_.c_str(), i, p.label.c_str(), seconds(silent), seconds(stall - silent), cfg_.stallMs);
     }
     if (silent < stall / 2) continue;
     if (!p.pinged) {

@@ -40,15 +40,12 @@
 // acknowledgement arrives on it: a stalled path costs a message tens of milliseconds, and
 // a path that was only slow for a while is used again.
 //
-// A path late for a second while the receiver answers elsewhere is named in a warning (a
-// cut cable, or a stuck link), and again when it acknowledges again. It dies when its
-// socket fails or ends, or when it has chunks unacknowledged for SNCCL_SOCKET_PATH_TIMEOUT
-// milliseconds (a minute by default) while the receiver answers on another path (the PING
-// went when the path was late, or after half of that time): a cut cable stalls TCP
-// without any error for minutes, and a link that comes back within the timeout is used
-// again. The sender then sends the path's unacknowledged chunks again on the others and
-// tells the receiver with a DROP record; the receiver stops reading the path. Only when
-// the last path dies does the connection fail.
+// A path dies when its socket fails or ends, or when it has chunks unacknowledged for
+// SNCCL_SOCKET_PATH_TIMEOUT milliseconds while the receiver answers on another path (the
+// PING went when the path was late, or after half of that time): a cut cable stalls TCP
+// without any error for minutes. The sender then sends the path's unacknowledged chunks again on the
+// others and tells the receiver with a DROP record; the receiver stops reading the path.
+// Only when the last path dies does the connection fail.
 //
 // Requests complete in the order they were posted (Net's contract).
 #pragma once
@@ -70,7 +67,7 @@ namespace snccl::net::socknet {
 
 struct MultipathConfig {
   size_t chunkBytes = 128 * 1024;  // from the receiver's handle: both ends use the same
-  int stallMs = 60000;             // SNCCL_SOCKET_PATH_TIMEOUT
+  int stallMs = 1000;              // SNCCL_SOCKET_PATH_TIMEOUT
   // The Net's rails: a sender's paths between the same addresses share one RailShare
   // (null: each path has its own).
   std::shared_ptr<RailBook> rails;
@@ -184,7 +181,6 @@ class MultipathConn {
     size_t unackedBytes = 0;
     size_t resent = 0;  // leading entries of unacked already queued again for other paths
     bool late = false;  // resendLate() ran; cleared by the next acknowledgement
-    bool named = false;  // late for kNameCutAfterSec: warned about; the next acknowledgement says it is back
     uint64_t acked = 0;
     Clock::time_point lastProgress{};  // last acknowledgement, or when unacked became non-empty
     Clock::time_point lastHeard{};     // last record of any kind from the receiver
