@@ -42,25 +42,11 @@ constexpr size_t kMaxWindow = 16u << 20;
 constexpr size_t kSenderInBytes = 64 * kRec;  // records read per recv(2) on the sending end
 constexpr size_t kSinkBytes = 64 * 1024;
 constexpr size_t kMaxOutBytes = 1 << 20;
-// A receiver's path with more records than this waiting to be written stops carrying
-// credits while another path carries them (queueCredit). Far below kMaxOutBytes, at which
-// the path is given up; far above what a path the sender reads ever holds (at most
-// kMaxRequests credits are outstanding, and the socket buffer takes them).
-constexpr size_t kCreditBacklogBytes = 64 * 1024;
 
 MpRecord record(uint16_t type) {
   MpRecord r{};
   r.type = type;
   return r;
-}
-
-// The CTS of a posted receive: before a chunk arrives its size is the one posted.
-MpRecord creditFor(const MpRequest& r) {
-  MpRecord cts = record(sockwire::kMpCts);
-  cts.seq = r.seq;
-  cts.total = r.size;
-  cts.tag = r.tag;
-  return cts;
 }
 
 std::string pathLabel(const sock::Socket& s) {
@@ -138,40 +124,6 @@ void MultipathConn::queueAll(const void* rec) {
     if (p.alive) queueRecord(p, rec);
 }
 
-void MultipathConn::queueCredit(const MpRecord& cts) {
-  auto queued = [](const Path& p) { return p.out.size() - p.outOff; };
-  for (size_t i = 0; i < paths_.size(); ++i) {
-    Path& p = paths_[i];
-    if (!p.alive || !p.credits || queued(p) <= kCreditBacklogBytes) continue;
-    const bool other = std::any_of(paths_.begin(), paths_.end(), [&](const Path& q) {
-      return &q != &p && q.alive && q.credits && queued(q) <= kCreditBacklogBytes;
-    });
-    if (!other) continue;
-    p.credits = false;
-    SN_INFO(log::kNet,
-            "NET/Socket %s: path %zu (%s) stops carrying credits: %zu bytes of records wait to be written on it; the "
-            "other paths carry them",
-            what_.c_str(), i, p.label.c_str(), queued(p));
-  }
-  for (Path& p : paths_)
-    if (p.alive && p.credits) queueRecord(p, &cts);
-}
-
-void MultipathConn::resumeCredits(size_t i) {
-  Path& p = paths_[i];
-  p.credits = true;
-  if (peerBye_ || byeSent_) return;
-  size_t n = 0;
-  for (const MpRequest* r : order_)
-    if (!r->matched) {
-      const MpRecord cts = creditFor(*r);
-      queueRecord(p, &cts);
-      ++n;
-    }
-  SN_INFO(log::kNet, "NET/Socket %s: path %zu (%s) carries credits again (%zu written again)", what_.c_str(), i,
-          p.label.c_str(), n);
-}
-
 Status MultipathConn::fail(Status s) {
   if (!error_.ok()) return error_;
   s.addContext("NET/Socket " + what_);
@@ -218,7 +170,11 @@ Result<MpRequest*> MultipathConn::irecv(void* data, size_t size, int tag) {
   r->tag = tag;
   order_.push_back(r);
   if (!peerBye_ && !byeSent_) {
-    queueCredit(creditFor(*r));
+    MpRecord cts = record(sockwire::kMpCts);
+    cts.seq = r->seq;
+    cts.total = size;
+    cts.tag = tag;
+    queueAll(&cts);
     for (size_t i = 0; i < paths_.size(); ++i)
       if (paths_[i].alive) SNCCL_TRY(flushOut(paths_[i], i));
   }
@@ -402,31 +358,22 @@ void MultipathConn::queueAck(Path& p) {
 Status MultipathConn::flushOut(Path& p, size_t i) {
   // One acknowledgement covers every chunk taken so far: queued only once the socket took
   // the records before it, so that a slow path carries one, not one per pass.
-  for (;;) {
-    if (p.outOff == p.out.size()) {
-      // Its records are all written: a path that stopped carrying credits carries them
-      // again, now (a sender may be waiting for one that only this path can bring).
-      if (!sender_ && !p.credits) resumeCredits(i);
-      queueAck(p);
-      if (p.outOff == p.out.size()) break;
+  if (p.outOff == p.out.size()) queueAck(p);
+  while (p.outOff < p.out.size()) {
+    Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
+    if (!k.ok()) return pathFailed(i, k.status());
+    if (k.value() == 0) {
+      // Records pile up only on a path the peer no longer reads (a cut cable: the socket
+      // buffer filled without an error): bounded, the path is given up.
+      if (p.out.size() - p.outOff > kMaxOutBytes)
+        return pathFailed(i, RemoteError("%zu bytes of records wait on a full socket: the peer does not read the path",
+                                         p.out.size() - p.outOff));
+      return OkStatus();
     }
-    while (p.outOff < p.out.size()) {
-      Result<size_t> k = sendSome(p.sock, p.out.data() + p.outOff, p.out.size() - p.outOff);
-      if (!k.ok()) return pathFailed(i, k.status());
-      if (k.value() == 0) {
-        // Records pile up only on a path the peer no longer reads (a cut cable: the socket
-        // buffer filled without an error): bounded, the path is given up.
-        const size_t queued = p.out.size() - p.outOff;
-        if (queued > kMaxOutBytes)
-          return pathFailed(
-              i, RemoteError("%zu bytes of records wait on a full socket: the peer does not read the path", queued));
-        return OkStatus();
-      }
-      p.outOff += k.value();
-    }
-    p.out.clear();
-    p.outOff = 0;
+    p.outOff += k.value();
   }
+  p.out.clear();
+  p.outOff = 0;
   if (p.shutAfterFlush) {
     ::shutdown(p.sock.fd(), SHUT_WR);
     p.shutAfterFlush = false;
@@ -504,10 +451,9 @@ Status MultipathConn::handleRecord(size_t i, const char* raw) {
       return startChunk(i, raw);
     case sockwire::kMpCts:
       if (!sender_) return protocol("a credit sent to the receiving end");
-      // A copy is either the next credit or one already kept: a path carries the credits
-      // in order from the first, except one that stopped carrying them while its records
-      // backed up, which starts again at the oldest receive no chunk arrived for
-      // (resumeCredits; multipath_conn.h says why the sender kept every one before it).
+      // Each path carries every credit in order from the first (the receiver writes each
+      // on every live path and never returns to a dead one), so a copy is either the next
+      // credit or one already kept.
       if (rec.seq > creditsSeen_) return protocol("credit out of order");
       if (rec.seq < creditsSeen_) return OkStatus();
       if (credits_.size() >= size_t(kMaxRequests)) return protocol("more credits than receives can be posted");

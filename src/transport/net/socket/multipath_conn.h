@@ -8,12 +8,7 @@
 // over the paths); back towards the sender it carries CTS (a posted receive: the sender's
 // credit), ACK (how many chunks this path delivered so far) and PONG records. The
 // receiver writes each CTS on every live path and the sender keeps the first copy, so a
-// credit survives the loss of any path but the last. A path whose records back up
-// (nothing reads them: a cable cut on the way back) stops carrying credits while another
-// carries them, so a long outage does not fill its queue until it is given up; once its
-// records are written it carries them again, starting with the CTS of every receive no
-// chunk has arrived for. The sender has kept the credits of all receives before those (it
-// started their messages), so each copy is one it kept or the next.
+// credit survives the loss of any path but the last.
 //
 // Room on a path is time: the data ahead of a new chunk on the path's rail, at the rail's
 // delivery rate, must take less than a delay that all paths share (one chunk at least). A
@@ -130,9 +125,6 @@ class MultipathConn {
   // Sender: the path's window, and its bytes written and not yet acknowledged.
   size_t pathWindow(int i) const { return paths_[size_t(i)].window; }
   size_t pathInFlight(int i) const { return paths_[size_t(i)].unackedBytes; }
-  // Receiver: the records waiting to be written on path i, and whether it carries credits.
-  size_t pathQueuedBytes(int i) const { return paths_[size_t(i)].out.size() - paths_[size_t(i)].outOff; }
-  bool pathCarriesCredits(int i) const { return paths_[size_t(i)].credits; }
   // Sender: chunks queued again because their path was late or died, and the payload
   // bytes of acknowledgements for chunks already acknowledged on another path.
   uint64_t resentChunks() const { return resentChunks_; }
@@ -168,7 +160,6 @@ class MultipathConn {
     std::vector<char> in;
     size_t inLen = 0;
     bool held = false;            // holdPath()
-    bool credits = true;          // receiver: CTS records go on this path (queueCredit)
     bool byeSeen = false;         // the peer's BYE arrived on this path
     bool shutAfterFlush = false;  // receiver: answered a BYE; end the path once it is written
     // Sender: the chunk being written (header + payload), chunks not yet acknowledged
@@ -234,10 +225,6 @@ class MultipathConn {
   Status checkStalls(Clock::time_point now);
   void queueRecord(Path& p, const void* rec);
   void queueAll(const void* rec);
-  // Receiver: queues a CTS on the live paths that carry credits (multipath_conn.h).
-  void queueCredit(const sockwire::MpRecord& cts);
-  // Receiver: path i carries credits again, from the oldest receive no chunk arrived for.
-  void resumeCredits(size_t i);
   Status fail(Status s);
   MpRequest* allocRequest();
   void releaseRequest(MpRequest* r);
