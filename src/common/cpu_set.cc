@@ -87,9 +87,8 @@ int cpusSpanned(std::span<const CpuSet> sets, int online) {
   return std::clamp(spanned.count(), 1, std::max(online, 1));
 }
 
-bool oversubscribed(std::span<const CpuSet> sets, size_t self, int online, int helperThreads) {
-  const CpuShare group = cpuShare(sets, self, online);
-  return group.ranks > group.cpus || int(sets.size()) + helperThreads > std::max(online, 1);
+bool oversubscribed(const CpuShare& group, int nodeRanks, int online, int helperThreads) {
+  return group.ranks > group.cpus || nodeRanks + helperThreads > std::max(online, 1);
 }
 
 }  // namespace snccl

@@ -49,11 +49,11 @@ CpuShare cpuShare(std::span<const CpuSet> sets, size_t self, int online);
 // The CPUs the ranks of `sets` can use together, at most `online`.
 int cpusSpanned(std::span<const CpuSet> sets, int online);
 
-// Whether waits of rank sets[self] must not spin: its CPU group (cpuShare) holds more
-// ranks than CPUs, or its node's ranks plus `helperThreads` (the proxy and doorbell
-// threads of net peers) outnumber the node's `online` CPUs. The helpers count only
+// Whether a rank's waits must not spin: its CPU group (cpuShare) holds more ranks than
+// CPUs, or its node's `nodeRanks` plus `helperThreads` (the proxy and doorbell threads of
+// net peers) outnumber the node's `online` CPUs. The helpers count only
 // node-wide: they mostly sleep while an operation runs (the executor drives its net rings
 // itself), so a rank bound to a CPU of its own keeps spinning on it.
-bool oversubscribed(std::span<const CpuSet> sets, size_t self, int online, int helperThreads);
+bool oversubscribed(const CpuShare& group, int nodeRanks, int online, int helperThreads);
 
 }  // namespace snccl

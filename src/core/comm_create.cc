@@ -255,7 +255,7 @@ void setWaitBudgets(ncclComm* comm) {
       sets.push_back(p.cpuSet);
     }
   const CpuShare share = cpuShare(sets, index, self.cpus);
-  const bool over = oversubscribed(sets, index, self.cpus, comm->tuner.shape.nnodes > 1 ? 2 : 0);
+  const bool over = oversubscribed(share, int(sets.size()), self.cpus, comm->tuner.shape.nnodes > 1 ? 2 : 0);
   comm->spinUs = spinBudgetUs(over);
   comm->yieldUs = yieldBudgetUs(over);
   SN_INFO(log::kInit, "rank %d: shares %d CPU%s with %d rank%s of this node: waits spin %lld us, yield %lld us",

@@ -163,16 +163,19 @@ TEST(Logging, SilentWithoutNcclDebug) {
   EXPECT_TRUE(run.lines.empty()) << dump(run);
 }
 
+// The lines of `run` that contain `needle`.
+std::vector<std::string> linesWith(const HelperRun& run, const char* needle) {
+  std::vector<std::string> out;
+  for (const std::string& l : run.lines)
+    if (l.find(needle) != std::string::npos) out.push_back(l);
+  return out;
+}
+
 // INIT says how rings between ranks of this node publish (transport/connection.h): without
 // a full fence by default (or, on a kernel that refuses membarrier, with one and why), and
 // with one when SNCCL_MEMBARRIER=0.
 TEST(Logging, SaysHowRingsPublish) {
-  auto publishLines = [](const HelperRun& run) {
-    std::vector<std::string> out;
-    for (const std::string& l : run.lines)
-      if (l.find("rings to ranks on this node publish") != std::string::npos) out.push_back(l);
-    return out;
-  };
+  auto publishLines = [](const HelperRun& run) { return linesWith(run, "rings to ranks on this node publish"); };
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   HelperRun byDefault = runHelper(kHelperVar, dir.path, {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", dir.path + "/d.%p"}});
@@ -197,12 +200,7 @@ TEST(Logging, SaysHowRingsPublish) {
 // two ranks bound to one CPU (taskset, a container's cpuset) sleep at once, however many
 // CPUs the host has online; two ranks bound to a CPU each spin.
 TEST(Logging, SaysHowWaitsSpin) {
-  auto waitLines = [](const HelperRun& run) {
-    std::vector<std::string> out;
-    for (const std::string& l : run.lines)
-      if (l.find(": waits spin ") != std::string::npos) out.push_back(l);
-    return out;
-  };
+  auto waitLines = [](const HelperRun& run) { return linesWith(run, ": waits spin "); };
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);

@@ -104,22 +104,27 @@ TEST(CpuShare, UnknownSetsAreCappedByOnlineCpus) {
 // Oversubscribed: the rank's CPU group holds more ranks than CPUs, or the node's ranks
 // plus the net helper threads outnumber the node's CPUs. Helpers do not count against a
 // rank bound to a CPU of its own (launchers bind ranks to a core).
+// oversubscribed() of rank `self` among `sets`, as setWaitBudgets calls it.
+bool over(const std::vector<CpuSet>& sets, size_t self, int online, int helpers) {
+  return oversubscribed(cpuShare(sets, self, online), int(sets.size()), online, helpers);
+}
+
 TEST(CpuShare, Oversubscribed) {
   const std::vector<CpuSet> own = {cpus({0}), cpus({1}), cpus({2}), cpus({3})};
-  EXPECT_FALSE(oversubscribed(own, 0, 64, 0));
-  EXPECT_FALSE(oversubscribed(own, 0, 64, 2)) << "4 bound ranks + 2 helpers on a 64-CPU node";
+  EXPECT_FALSE(over(own, 0, 64, 0));
+  EXPECT_FALSE(over(own, 0, 64, 2)) << "4 bound ranks + 2 helpers on a 64-CPU node";
   const std::vector<CpuSet> two = {cpus({0}), cpus({1})};
-  EXPECT_TRUE(oversubscribed(two, 0, 2, 2)) << "2 ranks + 2 helpers on the node's 2 CPUs";
-  EXPECT_FALSE(oversubscribed(two, 0, 2, 0));
+  EXPECT_TRUE(over(two, 0, 2, 2)) << "2 ranks + 2 helpers on the node's 2 CPUs";
+  EXPECT_FALSE(over(two, 0, 2, 0));
   const std::vector<CpuSet> same = {cpus({0}), cpus({0})};
-  EXPECT_TRUE(oversubscribed(same, 1, 64, 0)) << "2 ranks bound to one CPU";
+  EXPECT_TRUE(over(same, 1, 64, 0)) << "2 ranks bound to one CPU";
   const std::vector<CpuSet> unbound(3, cpus({0, 1}));
-  EXPECT_TRUE(oversubscribed(unbound, 2, 2, 0)) << "3 unbound ranks on 2 CPUs";
-  EXPECT_FALSE(oversubscribed(std::vector<CpuSet>(2, cpus({0, 1})), 0, 2, 0));
+  EXPECT_TRUE(over(unbound, 2, 2, 0)) << "3 unbound ranks on 2 CPUs";
+  EXPECT_FALSE(over(std::vector<CpuSet>(2, cpus({0, 1})), 0, 2, 0));
   // Apart on the node but one group crowded: only that group's ranks are.
   const std::vector<CpuSet> mixed = {cpus({0}), cpus({0}), cpus({1, 2, 3})};
-  EXPECT_TRUE(oversubscribed(mixed, 0, 4, 0));
-  EXPECT_FALSE(oversubscribed(mixed, 2, 4, 0));
+  EXPECT_TRUE(over(mixed, 0, 4, 0));
+  EXPECT_FALSE(over(mixed, 2, 4, 0));
 }
 
 }  // namespace
