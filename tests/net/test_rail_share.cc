@@ -1,6 +1,7 @@
 // What the paths of different connections between the same two addresses share
 // (transport/net/socket/rail_share.h): the data ahead of a new chunk at the rail's rate,
 // less the extra time acknowledgements take to come back, on clocks of any offset; the
+// delay beyond the expected arrival (floor) that tells a rail with a standing queue; the
 // bytes of a failed path or an ended connection given back; one rail per address pair.
 #include <gtest/gtest.h>
 
@@ -30,16 +31,16 @@ void checkLagIsTakenOff(int64_t offsetNs) {
   EXPECT_EQ(r.unacked(), 4 * kMB);
   EXPECT_EQ(r.ahead(), 0) << "no rate yet";
   // 1 MB in 10 ms: 100 MB/s; the quickest acknowledgement so far, so nothing is taken off.
-  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, offsetNs)));
+  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, offsetNs), t0, 0));
   EXPECT_NEAR(r.rate(), 100e6, 1e3);
   EXPECT_NEAR(r.ahead(), 0.030, 1e-6);  // 3 MB at 100 MB/s
   // The next one waited 4 ms longer on its way back: 4 ms of what is unacknowledged has
   // arrived already.
-  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(20), stamp(t0 + milliseconds(20), 5, offsetNs)));
+  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(20), stamp(t0 + milliseconds(20), 5, offsetNs), t0, 0));
   EXPECT_NEAR(r.rate(), 100e6, 1e3);
   EXPECT_NEAR(r.ahead(), 0.020 - 0.004, 1e-6);
   // Back to the quickest: nothing is taken off again.
-  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(30), stamp(t0 + milliseconds(30), 1, offsetNs)));
+  EXPECT_TRUE(r.acked(kMB, t0 + milliseconds(30), stamp(t0 + milliseconds(30), 1, offsetNs), t0, 0));
   EXPECT_NEAR(r.ahead(), 0.010, 1e-6);
 }
 
@@ -55,11 +56,11 @@ TEST(RailShare, AClockThatJumpsTakesOffAtMostFiftyMilliseconds) {
   RailShare r;
   const Clock::time_point t0 = Clock::now();
   r.sent(20 * kMB, t0);
-  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0)));
-  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(20), stamp(t0 + milliseconds(20), 1, -1'000'000'000)));
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0), t0, 0));
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(20), stamp(t0 + milliseconds(20), 1, -1'000'000'000), t0, 0));
   EXPECT_NEAR(r.ahead(), 0.180 - 0.050, 1e-6);  // 18 MB at 100 MB/s, less the cap
   // A bogus stamp is a number like any other.
-  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(30), INT64_MIN));
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(30), INT64_MIN, t0, 0));
   EXPECT_GE(r.ahead(), 0.170 - 0.050 - 1e-6);
 }
 
@@ -71,9 +72,69 @@ TEST(RailShare, ForgottenBytesLeaveTheBacklog) {
   EXPECT_EQ(r.unacked(), 2 * kMB);
   r.forget(5 * kMB);  // more than there is: none left, not a wrapped count
   EXPECT_EQ(r.unacked(), 0u);
-  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0)));
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0), t0, 0));
   EXPECT_EQ(r.unacked(), 0u);
   EXPECT_EQ(r.ahead(), 0);
+}
+
+// A chunk given at `sent`, expected `expectMs` later, that reached the receiver `lateMs`
+// after that, acknowledged at `at` (1 ms on the way back), on a receiver clock `offsetNs`
+// from ours.
+void ackLate(RailShare& r, Clock::time_point sent, double expectMs, double lateMs, Clock::time_point at,
+             int64_t offsetNs) {
+  const Clock::time_point arrived =
+      sent + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(expectMs + lateMs));
+  const int64_t stampNs = int64_t(uint64_t(steadyNs(arrived)) + uint64_t(offsetNs));
+  r.acked(kMB / 10, at, stampNs, sent, 1e-3 * expectMs);
+}
+
+// The floor in ms on a receiver clock without offset.
+double floorMs(const RailShare& r) {
+  int64_t f = 0;
+  EXPECT_TRUE(r.floorNs(&f));
+  return 1e-6 * double(f);
+}
+
+void checkFloorsCompare(int64_t offsetNs) {
+  RailShare quick, queued;
+  const Clock::time_point t0 = Clock::now();
+  int64_t q = 0, s = 0;
+  EXPECT_FALSE(quick.floorNs(&q)) << "no sample yet";
+  quick.sent(kMB, t0);
+  queued.sent(kMB, t0);
+  // The quick rail delivers 1 ms after the expected time at best, the other 21 ms (a
+  // queue that another flow keeps full): 20 ms apart, whatever the receiver's clock.
+  ackLate(quick, t0, 2, 3, t0 + milliseconds(6), offsetNs);
+  ackLate(quick, t0 + milliseconds(5), 2, 1, t0 + milliseconds(9), offsetNs);
+  ackLate(queued, t0, 5, 25, t0 + milliseconds(31), offsetNs);
+  ackLate(queued, t0 + milliseconds(10), 5, 21, t0 + milliseconds(37), offsetNs);
+  ASSERT_TRUE(quick.floorNs(&q));
+  ASSERT_TRUE(queued.floorNs(&s));
+  EXPECT_NEAR(double(int64_t(uint64_t(s) - uint64_t(q))), 20e6, 1e3);
+}
+
+TEST(RailShare, FloorsOfTwoRailsDifferByTheDelayTheSendersDataDoesNotExplain) {
+  checkFloorsCompare(0);
+  checkFloorsCompare(3'600'000'000'000);
+  checkFloorsCompare(INT64_MAX);  // the difference wraps
+}
+
+TEST(RailShare, FloorFollowsAQueueThatEnds) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(10 * kMB, t0);
+  ackLate(r, t0, 2, 20, t0 + milliseconds(23), 0);
+  EXPECT_NEAR(floorMs(r), 20, 1e-3);
+  // Later samples that saw a shorter queue take over within two periods (100 ms each).
+  ackLate(r, t0 + milliseconds(120), 2, 1, t0 + milliseconds(124), 0);
+  EXPECT_NEAR(floorMs(r), 1, 1e-3);
+  ackLate(r, t0 + milliseconds(230), 2, 3, t0 + milliseconds(236), 0);
+  ackLate(r, t0 + milliseconds(340), 2, 4, t0 + milliseconds(347), 0);
+  EXPECT_NEAR(floorMs(r), 3, 1e-3) << "the 1 ms sample is two periods old";
+  // Periods without samples keep the last one that had some: a rail that takes no chunk
+  // keeps the delay it was last seen with.
+  ackLate(r, t0 + milliseconds(900), 2, 6, t0 + milliseconds(909), 0);
+  EXPECT_NEAR(floorMs(r), 4, 1e-3);
 }
 
 TEST(RailBook, PathsBetweenTheSameAddressesShareOneRail) {

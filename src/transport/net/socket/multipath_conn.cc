@@ -23,7 +23,10 @@ constexpr size_t kRec = sizeof(MpRecord);
 // together on fast and slow paths: a path takes a chunk while the data ahead on its rail
 // (RailShare::ahead, every connection's) would take less than D at the rail's rate, so it
 // holds about its rate times D, and at least one chunk. D is the larger of kTargetDelaySec
-// and the time the slowest usable path needs for one chunk, at most kMaxDelaySec.
+// and the time the slowest usable path needs for one chunk plus its extra delay (a queue
+// that other flows keep standing on its rail, setExtras), at most kMaxDelaySec: a path that
+// delivers 20 ms late takes a chunk only when the others have 20 ms of data ahead, or a
+// message would wait for it with the other paths idle.
 // kTargetDelaySec keeps every path busy while the proxies turn around; on shaped veth rails
 // a few milliseconds did best (docs/performance.md, "Several rails"). A path slower than
 // 1/kUsableRatio of the fastest does not set D: it still takes part, one chunk at a time,
@@ -36,6 +39,13 @@ constexpr double kUsableRatio = 8;
 // kLateMinSec: well above the few milliseconds an acknowledgement can wait behind the other
 // direction's data on a shaped rail, so a path that is only busy is not taken for a stalled
 // one.
+// A rail's extra delay (setExtras) below kMinExtraSec is taken for noise in the floors (the
+// rate estimate that the expected arrival comes from, threads' wake-ups): equal rails must
+// not look unequal.
+constexpr double kMinExtraSec = kTargetDelaySec;
+// A path with an extra delay that took no chunk for kProbeSec takes one (soonest): if the
+// delay persists, that chunk holds up its message by the delay about once a second.
+constexpr double kProbeSec = 1.0;
 constexpr double kLateFactor = 4;
 constexpr double kLateMinSec = 0.025;
 constexpr size_t kMaxWindow = 16u << 20;
@@ -265,8 +275,9 @@ Status MultipathConn::sendAll() {
       if (f < 1) order64_.push_back({f, i});
     }
     std::sort(order64_.begin(), order64_.end());
+    const Clock::time_point now = Clock::now();
     for (auto [f, i] : order64_) {
-      if (!soonest(i)) continue;
+      if (!soonest(i, now)) continue;
       bool took = false;
       SNCCL_TRY(sendPath(i, true, &took));
       any = any || (took && paths_[i].alive && !paths_[i].writing);
@@ -280,14 +291,17 @@ double MultipathConn::fill(const Path& p) const {
   return p.unackedBytes >= kMaxWindow ? 1 : p.rail->ahead() / delay_;
 }
 
-bool MultipathConn::soonest(size_t i) const {
+bool MultipathConn::soonest(size_t i, Clock::time_point now) const {
   const Path& p = paths_[i];
   if (p.rate <= 0) return true;  // no estimate yet: it takes chunks to get one
+  // A path with an extra delay that has been left idle gets a chunk now and then: its
+  // delay is only measured on its chunks, and the queue that caused it may be gone.
+  if (p.extra > 0 && p.unacked.empty() && seconds(now - p.lastProgress) >= kProbeSec) return true;
   const double c = double(cfg_.chunkBytes);
-  const double mine = p.rail->ahead() + c / p.rate;
+  const double mine = p.rail->ahead() + c / p.rate + p.extra;
   for (size_t j = 0; j < paths_.size(); ++j) {
     const Path& q = paths_[j];
-    if (j != i && q.alive && !q.late && q.rate > 0 && q.rail->ahead() + c / q.rate < mine) return false;
+    if (j != i && q.alive && !q.late && q.rate > 0 && q.rail->ahead() + c / q.rate + q.extra < mine) return false;
   }
   return true;
 }
@@ -306,6 +320,8 @@ Status MultipathConn::sendPath(size_t i, bool pull, bool* took) {
       if (!pull || byeSent_ || closing_ || p.late || fill(p) >= 1) return OkStatus();
       ChunkRef c;
       if (!pullChunk(&c)) return OkStatus();
+      c.sent = now;
+      c.expectSec = p.rate > 0 ? p.rail->ahead() + double(c.len) / p.rate : 0;
       p.rail->sent(c.len, now);
       pull = false;  // one new chunk per call
       if (took != nullptr) *took = true;
@@ -572,10 +588,14 @@ bool MultipathConn::awaited(const ChunkRef& c) {
 
 void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::time_point now) {
   uint64_t bytes = 0;
+  Clock::time_point sent{};
+  double expectSec = 0;
   for (uint64_t n = p.acked; n < count; ++n) {
     ChunkRef c = p.unacked.front();
     p.unacked.pop_front();
     bytes += c.len;
+    sent = c.sent;
+    expectSec = c.expectSec;
     if (!awaited(c)) {
       duplicateBytes_ += c.len;  // its copy on another path was acknowledged first
       continue;
@@ -592,8 +612,9 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::t
   p.acked = count;
   p.lastProgress = now;
   p.pinged = false;
-  const bool sampled = p.rail->acked(bytes, now, stampNs);
+  const bool sampled = p.rail->acked(bytes, now, stampNs, sent, expectSec);
   const double rate = p.rail->rate();  // also another connection's samples
+  setExtras();
   if (sampled || rate != p.rate) {
     p.rate = rate;
     setWindows();
@@ -618,12 +639,35 @@ void MultipathConn::setWindows() {
   if (fastest <= 0) return;
   double delay = kTargetDelaySec;
   for (const Path& q : paths_)
-    if (q.alive && q.rate * kUsableRatio >= fastest) delay = std::max(delay, double(cfg_.chunkBytes) / q.rate);
+    if (q.alive && q.rate * kUsableRatio >= fastest)
+      delay = std::max(delay, double(cfg_.chunkBytes) / q.rate + q.extra);
   delay = std::min(delay, kMaxDelaySec);
   delay_ = delay;
   for (Path& q : paths_) {
     if (!q.alive || q.rate <= 0) continue;
     q.window = std::clamp(size_t(q.rate * delay), cfg_.chunkBytes, kMaxWindow);
+  }
+}
+
+void MultipathConn::setExtras() {
+  // Floors carry the receiver's clock offset, which may wrap: each is taken relative to
+  // the first path's that has one, modulo 2^64.
+  bool any = false;
+  int64_t base = 0;
+  int64_t least = INT64_MAX;
+  for (const Path& q : paths_) {
+    int64_t f;
+    if (!q.alive || q.late || !q.rail->floorNs(&f)) continue;
+    if (!any) base = f;
+    any = true;
+    least = std::min(least, int64_t(uint64_t(f) - uint64_t(base)));
+  }
+  for (Path& q : paths_) {
+    int64_t f;
+    q.extra = 0;
+    if (!any || !q.rail->floorNs(&f)) continue;
+    const double extra = 1e-9 * double(int64_t(uint64_t(f) - uint64_t(base)) - least);
+    if (extra >= kMinExtraSec) q.extra = std::min(kMaxDelaySec, extra);
   }
 }
 
@@ -686,7 +730,7 @@ double MultipathConn::lateAfterSec(const Path& p) const {
   if (p.rate <= 0) return kLateMinSec;
   // Its chunks queue behind every connection's on the rail.
   const size_t queued = std::max(p.unackedBytes, p.rail->unacked());
-  return std::max(kLateMinSec, kLateFactor * (double(queued) + double(cfg_.chunkBytes)) / p.rate);
+  return std::max(kLateMinSec, kLateFactor * (double(queued) + double(cfg_.chunkBytes)) / p.rate) + p.extra;
 }
 
 void MultipathConn::resendFrom(Path& p) {

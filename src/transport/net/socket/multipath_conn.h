@@ -16,7 +16,11 @@
 // the Net (RailShare): they queue at the same links, so the data ahead counts all of their
 // unacknowledged bytes. Acknowledgements carry the receiver's clock, so the bytes that
 // arrived and whose acknowledgement still waits behind the other direction's data are not
-// counted as ahead. A path left alone (the others late or dead) has no such limit. A path
+// counted as ahead. They also tell how much later than the sender expected a rail's chunks
+// arrive at best (RailShare::floorNs): a rail whose floor is above the quickest rail's has
+// a delay that the sender's own data does not explain (a queue that other flows keep full
+// in a switch), which is added to its data ahead when chunks are placed and to the delay
+// that all paths share. A path left alone (the others late or dead) has no such limit. A path
 // with room still leaves a chunk to another that would deliver it sooner after what is
 // ahead of it. A path that slows down gets fewer chunks, one that recovers more; all
 // paths have about the same queueing delay, so the chunks of one message finish together
@@ -143,6 +147,8 @@ class MultipathConn {
     uint64_t seq;  // req's message: the request may be released and reused meanwhile
     uint32_t index;
     uint32_t len;
+    Clock::time_point sent{};  // sender: given to its path
+    double expectSec = 0;      // sender: the data ahead of it and its bytes, at the rate then
   };
   struct Path {
     sock::Socket sock;
@@ -179,6 +185,7 @@ class MultipathConn {
     Clock::time_point pingAt{};
     std::shared_ptr<RailShare> rail;  // backlog and rate, with other connections' paths
     double rate = 0;                  // rail->rate() at the last acknowledgement
+    double extra = 0;                 // setExtras(): its rail's delay beyond the quickest rail's
     size_t window = 0;
     // Receiver: the chunk being read.
     bool reading = false;
@@ -197,7 +204,9 @@ class MultipathConn {
   // Whether path i would deliver a new chunk no later than any other path could, after
   // what each has ahead of it (at its rate): a slow path takes a chunk only when the faster
   // ones are that far behind, so it does not hold up the message the chunk belongs to.
-  bool soonest(size_t i) const;
+  // A path with an extra delay that was idle for a while is soonest, so that its delay is
+  // measured again.
+  bool soonest(size_t i, Clock::time_point now) const;
   // Writes what path i has under way; with `pull`, then at most one new chunk (*took).
   Status sendPath(size_t i, bool pull, bool* took = nullptr);
   Status readPath(size_t i);
@@ -220,6 +229,8 @@ class MultipathConn {
   bool heardSincePing(size_t i, bool usable) const;
   // Every live path's window from the rates (multipath_conn.cc: equal queueing delay).
   void setWindows();
+  // Every live path's extra delay: its rail's floor less the least of the live paths'.
+  void setExtras();
   bool pullChunk(ChunkRef* c);
   Status pathFailed(size_t i, const Status& why);
   Status checkStalls(Clock::time_point now);

@@ -12,6 +12,9 @@ constexpr auto kLagPeriod = std::chrono::seconds(5);
 // At most this much of the data ahead is taken for acknowledgements on their way back: a
 // peer whose clock jumps must not make a rail look empty for good.
 constexpr double kMaxLagSec = 0.05;
+// floorNs() follows a queue that another flow starts or ends within a few of these; it is
+// long enough to hold a sample that saw the rail's shortest queue.
+constexpr auto kFloorPeriod = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -27,11 +30,19 @@ void RailShare::sent(size_t len, Clock::time_point now) {
   unacked_ += len;
 }
 
-bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs) {
+bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec) {
   std::lock_guard<std::mutex> lock(mu_);
   unacked_ -= std::min(unacked_, bytes);
   // Unsigned: the two clocks are unrelated, and the peer's stamp is not trusted.
   const int64_t oneWay = int64_t(uint64_t(steadyNs(now)) - uint64_t(stampNs));
+  const int64_t excess = int64_t(uint64_t(stampNs) - uint64_t(steadyNs(sent)) - uint64_t(int64_t(1e9 * expectSec)));
+  // A period starts with a sample, so the one before is the last that had any.
+  if (now - floorStart_ >= kFloorPeriod) {
+    floorBefore_ = floorNow_;
+    floorNow_ = INT64_MAX;
+    floorStart_ = now;
+  }
+  floorNow_ = std::min(floorNow_, excess);
   if (now - periodStart_ >= kLagPeriod) {
     leastBefore_ = leastNow_;
     leastNow_ = INT64_MAX;
@@ -70,6 +81,12 @@ double RailShare::ahead() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (rate_ <= 0) return 0;
   return std::max(0.0, double(unacked_) / rate_ - lag_);
+}
+
+bool RailShare::floorNs(int64_t* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = std::min(floorNow_, floorBefore_);
+  return *out != INT64_MAX;
 }
 
 std::shared_ptr<RailShare> RailBook::get(const std::string& key) {

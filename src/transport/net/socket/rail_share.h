@@ -22,7 +22,9 @@ class RailShare {
   void sent(size_t len, Clock::time_point now);
   // `bytes` were acknowledged on a path of this rail by an acknowledgement that the
   // receiver wrote at `stampNs` on its own steady clock; true when the rate was updated.
-  bool acked(size_t bytes, Clock::time_point now, int64_t stampNs);
+  // The last chunk it covers was given to the path at `sent`, when the sender expected it
+  // to arrive `expectSec` later (the data ahead of it and its own bytes at the rate).
+  bool acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec);
   // `bytes` given to a path of this rail will never be acknowledged there (it failed, or
   // its connection ended).
   void forget(size_t bytes);
@@ -35,6 +37,13 @@ class RailShare {
   // its acknowledgement: how much longer than its quickest the last acknowledgement took
   // to come back (it waits behind the other direction's data on the same links).
   double ahead() const;
+  // The least, over the last kFloorPeriod or two, of how much later than expected a chunk
+  // reached the receiver, in ns, plus the offset between the receiver's clock and this one
+  // (unknown, so only the difference between two rails to the same peer means anything:
+  // take it modulo 2^64, as the offset may wrap); false before the first sample. What it
+  // measures is the rail's delay that the sender's own data does not explain: a queue that
+  // other flows keep standing in a switch, a longer route.
+  bool floorNs(int64_t* out) const;
 
  private:
   mutable std::mutex mu_;
@@ -50,6 +59,10 @@ class RailShare {
   int64_t leastBefore_ = INT64_MAX;
   Clock::time_point periodStart_{};
   double lag_ = 0;
+  // floorNs(): the least excess of this period and of the last period that had samples.
+  int64_t floorNow_ = INT64_MAX;
+  int64_t floorBefore_ = INT64_MAX;
+  Clock::time_point floorStart_{};
 };
 
 // The rails of one Net instance, by the path's addresses ("local -> peer").
