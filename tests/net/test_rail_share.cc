@@ -135,6 +135,9 @@ TEST(RailShare, FloorFollowsAQueueThatEnds) {
   // keeps the delay it was last seen with.
   ackLate(r, t0 + milliseconds(900), 2, 6, t0 + milliseconds(909), 0);
   EXPECT_NEAR(floorMs(r), 4, 1e-3);
+  // An acknowledgement of no new chunk (a default `sent`) is no sample, whatever its stamp.
+  r.acked(0, t0 + milliseconds(1200), stamp(t0 + milliseconds(1200), 1, 0), Clock::time_point{}, 0);
+  EXPECT_NEAR(floorMs(r), 4, 1e-3);
 }
 
 TEST(RailBook, PathsBetweenTheSameAddressesShareOneRail) {

@@ -588,7 +588,7 @@ bool MultipathConn::awaited(const ChunkRef& c) {
 
 void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::time_point now) {
   uint64_t bytes = 0;
-  Clock::time_point sent{};
+  Clock::time_point sent{};  // of the last chunk acknowledged; none: no new chunk
   double expectSec = 0;
   for (uint64_t n = p.acked; n < count; ++n) {
     ChunkRef c = p.unacked.front();

@@ -35,14 +35,16 @@ bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Cloc
   unacked_ -= std::min(unacked_, bytes);
   // Unsigned: the two clocks are unrelated, and the peer's stamp is not trusted.
   const int64_t oneWay = int64_t(uint64_t(steadyNs(now)) - uint64_t(stampNs));
-  const int64_t excess = int64_t(uint64_t(stampNs) - uint64_t(steadyNs(sent)) - uint64_t(int64_t(1e9 * expectSec)));
-  // A period starts with a sample, so the one before is the last that had any.
-  if (now - floorStart_ >= kFloorPeriod) {
-    floorBefore_ = floorNow_;
-    floorNow_ = INT64_MAX;
-    floorStart_ = now;
+  if (sent != Clock::time_point{}) {
+    const int64_t excess = int64_t(uint64_t(stampNs) - uint64_t(steadyNs(sent)) - uint64_t(int64_t(1e9 * expectSec)));
+    // A period starts with a sample, so the one before is the last that had any.
+    if (now - floorStart_ >= kFloorPeriod) {
+      floorBefore_ = floorNow_;
+      floorNow_ = INT64_MAX;
+      floorStart_ = now;
+    }
+    floorNow_ = std::min(floorNow_, excess);
   }
-  floorNow_ = std::min(floorNow_, excess);
   if (now - periodStart_ >= kLagPeriod) {
     leastBefore_ = leastNow_;
     leastNow_ = INT64_MAX;

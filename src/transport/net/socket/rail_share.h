@@ -23,7 +23,8 @@ class RailShare {
   // `bytes` were acknowledged on a path of this rail by an acknowledgement that the
   // receiver wrote at `stampNs` on its own steady clock; true when the rate was updated.
   // The last chunk it covers was given to the path at `sent`, when the sender expected it
-  // to arrive `expectSec` later (the data ahead of it and its own bytes at the rate).
+  // to arrive `expectSec` later (the data ahead of it and its own bytes at the rate); a
+  // default `sent`: it covers no new chunk, and floorNs() takes no sample from it.
   bool acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec);
   // `bytes` given to a path of this rail will never be acknowledged there (it failed, or
   // its connection ended).
