@@ -44,7 +44,7 @@ while getopts "l:m:s:n:R:c:t:M:h" o; do
     c) cases=$OPTARG ;;
     t) tools=$OPTARG ;;
     M) modeArg=$OPTARG ;;
-    *) sed -n '2,33p' "$0"; exit 2 ;;
+    *) sed -n '2,32p' "$0"; exit 2 ;;
   esac
 done
 if [ "$(id -u)" != 0 ]; then echo "multirail.sh: needs root (network namespaces); not run" >&2; exit 3; fi
