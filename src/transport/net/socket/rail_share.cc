@@ -37,21 +37,10 @@ bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Cloc
   const int64_t oneWay = int64_t(uint64_t(steadyNs(now)) - uint64_t(stampNs));
   if (sent != Clock::time_point{}) {
     const int64_t excess = int64_t(uint64_t(stampNs) - uint64_t(steadyNs(sent)) - uint64_t(int64_t(1e9 * expectSec)));
-    // A period starts with a sample, so the one before is the last that had any.
-    if (now - floorStart_ >= kFloorPeriod) {
-      floorBefore_ = floorNow_;
-      floorNow_ = INT64_MAX;
-      floorStart_ = now;
-    }
-    floorNow_ = std::min(floorNow_, excess);
+    floor_.add(excess, now, kFloorPeriod);
   }
-  if (now - periodStart_ >= kLagPeriod) {
-    leastBefore_ = leastNow_;
-    leastNow_ = INT64_MAX;
-    periodStart_ = now;
-  }
-  leastNow_ = std::min(leastNow_, oneWay);
-  lag_ = std::min(kMaxLagSec, 1e-9 * (double(oneWay) - double(std::min(leastNow_, leastBefore_))));
+  oneWay_.add(oneWay, now, kLagPeriod);
+  lag_ = std::min(kMaxLagSec, 1e-9 * (double(oneWay) - double(oneWay_.get())));
   // Rate: bytes acknowledged per second of time with chunks outstanding.
   sampleBytes_ += bytes;
   sampleSec_ += seconds(now - lastProgress_);
@@ -87,8 +76,17 @@ double RailShare::ahead() const {
 
 bool RailShare::floorNs(int64_t* out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  *out = std::min(floorNow_, floorBefore_);
+  *out = floor_.get();
   return *out != INT64_MAX;
+}
+
+void RailShare::Least::add(int64_t sample, Clock::time_point at, Clock::duration period) {
+  if (at - start >= period) {
+    before = now;
+    now = INT64_MAX;
+    start = at;
+  }
+  now = std::min(now, sample);
 }
 
 std::shared_ptr<RailShare> RailBook::get(const std::string& key) {

@@ -5,6 +5,7 @@
 // which count every connection's chunks on the rail.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -47,23 +48,28 @@ class RailShare {
   bool floorNs(int64_t* out) const;
 
  private:
+  // The least of the samples of this period and of the last; a period starts with a
+  // sample, so the last is the last that had any. INT64_MAX before the first sample.
+  struct Least {
+    int64_t now = INT64_MAX;
+    int64_t before = INT64_MAX;
+    Clock::time_point start{};
+    void add(int64_t sample, Clock::time_point at, Clock::duration period);
+    int64_t get() const { return std::min(now, before); }
+  };
+
   mutable std::mutex mu_;
   double rate_ = 0;
   size_t unacked_ = 0;
   Clock::time_point lastProgress_{};  // last acknowledgement, or when unacked_ became non-zero
   uint64_t sampleBytes_ = 0;          // acknowledged since the last rate sample
   double sampleSec_ = 0;              // busy time since the last rate sample
-  // Acknowledgements' one-way delay plus the two clocks' offset, in ns: the least of this
-  // period and of the last (periods of kLagPeriod, so that clocks that drift apart are
-  // followed), and the last one's excess over that least, in seconds.
-  int64_t leastNow_ = INT64_MAX;
-  int64_t leastBefore_ = INT64_MAX;
-  Clock::time_point periodStart_{};
+  // Acknowledgements' one-way delay plus the two clocks' offset, in ns, over periods of
+  // kLagPeriod (so that clocks that drift apart are followed), and the last one's excess
+  // over that least, in seconds.
+  Least oneWay_;
   double lag_ = 0;
-  // floorNs(): the least excess of this period and of the last period that had samples.
-  int64_t floorNow_ = INT64_MAX;
-  int64_t floorBefore_ = INT64_MAX;
-  Clock::time_point floorStart_{};
+  Least floor_;  // floorNs(): chunks' excess over their expected arrival, periods of kFloorPeriod
 };
 
 // The rails of one Net instance, by the path's addresses ("local -> peer").
