@@ -101,14 +101,14 @@ TEST(CpuShare, UnknownSetsAreCappedByOnlineCpus) {
   EXPECT_EQ(bad.cpus, 2);
 }
 
-// Oversubscribed: the rank's CPU group holds more ranks than CPUs, or the node's ranks
-// plus the net helper threads outnumber the node's CPUs. Helpers do not count against a
-// rank bound to a CPU of its own (launchers bind ranks to a core).
 // oversubscribed() of rank `self` among `sets`, as setWaitBudgets calls it.
 bool over(const std::vector<CpuSet>& sets, size_t self, int online, int helpers) {
   return oversubscribed(cpuShare(sets, self, online), int(sets.size()), online, helpers);
 }
 
+// Oversubscribed: the rank's CPU group holds more ranks than CPUs, or the node's ranks
+// plus the net helper threads outnumber the node's CPUs. Helpers do not count against a
+// rank bound to a CPU of its own (launchers bind ranks to a core).
 TEST(CpuShare, Oversubscribed) {
   const std::vector<CpuSet> own = {cpus({0}), cpus({1}), cpus({2}), cpus({3})};
   EXPECT_FALSE(over(own, 0, 64, 0));
