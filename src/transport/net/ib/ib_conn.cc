@@ -1197,11 +1197,16 @@ bool Endpoint::armWait(std::vector<pollfd>* fds) {
 
 void Endpoint::close(uint32_t abortCode) {
   if (sender_ && qps_.size() > 1 && posted_ > 0) {
-    // How the striping spread the bytes (adaptive routing gives a slow rail less).
+    // How the striping spread the bytes (adaptive routing gives a slow rail less), and
+    // what adaptive routing last estimated of each queue pair.
     std::string spread;
-    for (size_t q = 0; q < qps_.size(); ++q)
-      spread += format("%s%llu (%s)", q > 0 ? ", " : "", static_cast<unsigned long long>(qpBytes_[q]),
+    const double now = nowSec();
+    for (size_t q = 0; q < qps_.size(); ++q) {
+      spread += format("%s%llu (%s", q > 0 ? ", " : "", static_cast<unsigned long long>(qpBytes_[q]),
                        railOf(int(q)).port->label().c_str());
+      if (params_.adaptive) spread += format(", %.1f MB/s", 1e-6 * rates_.rate(int(q), now));
+      spread += ")";
+    }
     SN_INFO(log::kNet, "NET/IB : %s: %llu messages, bytes per queue pair: %s", what_.c_str(),
             static_cast<unsigned long long>(posted_), spread.c_str());
   }
