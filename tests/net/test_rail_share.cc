@@ -1,8 +1,9 @@
 // What the paths of different connections between the same two addresses share
 // (transport/net/socket/rail_share.h): the data ahead of a new chunk at the rail's rate,
 // less the extra time acknowledgements take to come back, on clocks of any offset; the
-// delay beyond the expected arrival (floor) that tells a rail with a standing queue; the
-// bytes of a failed path or an ended connection given back; one rail per address pair.
+// rate, bytes over busy time however the acknowledgements bunch up; the delay beyond the
+// expected arrival (floor) that tells a rail with a standing queue; the bytes of a failed
+// path or an ended connection given back; one rail per address pair.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -62,6 +63,25 @@ TEST(RailShare, AClockThatJumpsTakesOffAtMostFiftyMilliseconds) {
   // A bogus stamp is a number like any other.
   ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(30), INT64_MIN, t0, 0));
   EXPECT_GE(r.ahead(), 0.170 - 0.050 - 1e-6);
+}
+
+// A rail that other flows keep loaded delivers 25 MB/s, its acknowledgements in bursts:
+// 250 kB after 18 ms, then 250 kB more 2 ms later. The estimate is the long-run rate,
+// bytes over busy time, not the mean of a slow and a fast sample's rates (70 MB/s here).
+TEST(RailShare, AcknowledgementsInBurstsDoNotHideALoadedRailsRate) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  constexpr size_t kPart = 250'000;
+  r.sent(200 * kPart, t0);  // never drains
+  Clock::time_point t = t0;
+  for (int k = 0; k < 40; ++k) {
+    t += milliseconds(k % 2 == 0 ? 18 : 2);
+    ASSERT_TRUE(r.acked(kPart, t, stamp(t, 1, 0), t0, 0));
+  }
+  EXPECT_NEAR(r.rate(), 25e6, 0.15 * 25e6) << "just after a burst";
+  t += milliseconds(18);
+  ASSERT_TRUE(r.acked(kPart, t, stamp(t, 1, 0), t0, 0));
+  EXPECT_NEAR(r.rate(), 25e6, 0.15 * 25e6) << "just after a wait";
 }
 
 TEST(RailShare, ForgottenBytesLeaveTheBacklog) {

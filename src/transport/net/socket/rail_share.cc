@@ -41,13 +41,23 @@ bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Cloc
   }
   oneWay_.add(oneWay, now, kLagPeriod);
   lag_ = std::min(kMaxLagSec, 1e-9 * (double(oneWay) - double(oneWay_.get())));
-  // Rate: bytes acknowledged per second of time with chunks outstanding.
+  // Rate: bytes acknowledged per second of time with chunks outstanding. Bytes and time
+  // are smoothed apart and divided, so that a sample weighs by its time: acknowledgements
+  // that come in a burst (the receiver caught up after a wait, a rail behind a queue that
+  // other flows keep full) make a short sample at many times the rail's rate, and
+  // averaging the samples' rates would keep a loaded rail's estimate near its idle rate.
   sampleBytes_ += bytes;
   sampleSec_ += seconds(now - lastProgress_);
   lastProgress_ = now;
   if (sampleSec_ < kSampleSec) return false;
-  const double sample = double(sampleBytes_) / sampleSec_;
-  rate_ = rate_ == 0 ? sample : 0.75 * rate_ + 0.25 * sample;
+  if (rate_ == 0) {
+    bytes_ = double(sampleBytes_);
+    busySec_ = sampleSec_;
+  } else {
+    bytes_ = 0.75 * bytes_ + 0.25 * double(sampleBytes_);
+    busySec_ = 0.75 * busySec_ + 0.25 * sampleSec_;
+  }
+  rate_ = bytes_ / busySec_;
   sampleBytes_ = 0;
   sampleSec_ = 0;
   return true;

@@ -64,6 +64,7 @@ class RailShare {
   Clock::time_point lastProgress_{};  // last acknowledgement, or when unacked_ became non-zero
   uint64_t sampleBytes_ = 0;          // acknowledged since the last rate sample
   double sampleSec_ = 0;              // busy time since the last rate sample
+  double bytes_ = 0, busySec_ = 0;    // the recent samples' bytes and busy time, smoothed
   // Acknowledgements' one-way delay plus the two clocks' offset, in ns, over periods of
   // kLagPeriod (so that clocks that drift apart are followed), and the last one's excess
   // over that least, in seconds.
