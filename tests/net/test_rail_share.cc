@@ -84,6 +84,52 @@ TEST(RailShare, AcknowledgementsInBurstsDoNotHideALoadedRailsRate) {
   EXPECT_NEAR(r.rate(), 25e6, 0.15 * 25e6) << "just after a wait";
 }
 
+// A path that was late (stalled: a receiver that stopped reading, a pulled cable) and
+// recovers: the stall is not delivery, and the rate stays what it was, so the path gets
+// chunks again and is measured anew.
+TEST(RailShare, AStallGivesNoRateSample) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(20 * kMB, t0);
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0), t0, 0));
+  ASSERT_NEAR(r.rate(), 100e6, 1e3);
+  Clock::time_point t = t0 + milliseconds(510);  // half a second without an acknowledgement
+  EXPECT_FALSE(r.acked(4 * kMB, t, stamp(t, 1, 0), t0, 0, /*stalled=*/true));
+  EXPECT_NEAR(r.rate(), 100e6, 1e3);
+  EXPECT_EQ(r.unacked(), 15 * kMB) << "the bytes leave the backlog all the same";
+  t += milliseconds(10);
+  ASSERT_TRUE(r.acked(kMB, t, stamp(t, 1, 0), t0, 0));
+  EXPECT_NEAR(r.rate(), 100e6, 1e3) << "the next sample is the rail's rate again";
+}
+
+// A wait that no late flag caught (a segment waiting for TCP's retransmission timer)
+// counts as 50 ms of busy time at most: a rail of 100 MB/s whose next 1 MB took 200 ms is
+// estimated at 1 MB over (0.75 x 10 + 0.25 x 50) ms, 50 MB/s, not 17.
+TEST(RailShare, AWaitCountsForFiftyMillisecondsAtMost) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(20 * kMB, t0);
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0), t0, 0));
+  const Clock::time_point t = t0 + milliseconds(210);
+  ASSERT_TRUE(r.acked(kMB, t, stamp(t, 1, 0), t0, 0));
+  EXPECT_NEAR(r.rate(), 50e6, 1e3);
+}
+
+// An estimate that had no sample for half a second is replaced by the next one: a rail
+// measured at 100 MB/s, then left idle for two seconds, whose next chunk (a probe) goes at
+// 20 MB/s, is estimated at 20 MB/s, not smoothed toward it from 100.
+TEST(RailShare, AStaleEstimateIsReplaced) {
+  RailShare r;
+  const Clock::time_point t0 = Clock::now();
+  r.sent(kMB, t0);
+  ASSERT_TRUE(r.acked(kMB, t0 + milliseconds(10), stamp(t0 + milliseconds(10), 1, 0), t0, 0));
+  ASSERT_NEAR(r.rate(), 100e6, 1e3);
+  const Clock::time_point probe = t0 + std::chrono::seconds(2);
+  r.sent(200'000, probe);
+  ASSERT_TRUE(r.acked(200'000, probe + milliseconds(10), stamp(probe + milliseconds(10), 1, 0), probe, 0));
+  EXPECT_NEAR(r.rate(), 20e6, 1e3);
+}
+
 TEST(RailShare, ForgottenBytesLeaveTheBacklog) {
   RailShare r;
   const Clock::time_point t0 = Clock::now();

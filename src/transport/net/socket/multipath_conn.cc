@@ -27,11 +27,13 @@ constexpr size_t kRec = sizeof(MpRecord);
 // that other flows keep standing on its rail, setExtras), at most kMaxDelaySec: a path that
 // delivers 20 ms late takes a chunk only when the others have 20 ms of data ahead, or a
 // message would wait for it with the other paths idle.
-// kTargetDelaySec keeps every path busy while the proxies turn around; on shaped veth rails
-// a few milliseconds did best (docs/performance.md, "Several rails"). A path slower than
+// kTargetDelaySec keeps every path busy while the proxies turn around. On shaped veth rails
+// a millisecond did best: four rails, one loaded by other flows, made sendrecv 94-95% of
+// what they could carry with 1 ms, 90% with 2 and 80% with 4 (docs/performance.md, "Four
+// rails"); equal rails were at 98% with all three. A path slower than
 // 1/kUsableRatio of the fastest does not set D: it still takes part, one chunk at a time,
 // but the others' queues are not stretched to match it.
-constexpr double kTargetDelaySec = 0.002;
+constexpr double kTargetDelaySec = 0.001;
 constexpr double kMaxDelaySec = 0.05;
 constexpr double kUsableRatio = 8;
 // A path is late (multipath_conn.h) after kLateFactor times what its rail's chunks in flight
@@ -42,9 +44,9 @@ constexpr double kUsableRatio = 8;
 // A rail's extra delay (setExtras) below kMinExtraSec is taken for noise in the floors (the
 // rate estimate that the expected arrival comes from, threads' wake-ups): equal rails must
 // not look unequal.
-constexpr double kMinExtraSec = kTargetDelaySec;
-// A path with an extra delay that took no chunk for kProbeSec takes one (soonest): if the
-// delay persists, that chunk holds up its message by the delay about once a second.
+constexpr double kMinExtraSec = 0.002;
+// A path that took no chunk for kProbeSec takes one (soonest): if it is as slow or late as
+// estimated, that chunk holds up its message about once a second.
 constexpr double kProbeSec = 1.0;
 constexpr double kLateFactor = 4;
 constexpr double kLateMinSec = 0.025;
@@ -294,9 +296,10 @@ double MultipathConn::fill(const Path& p) const {
 bool MultipathConn::soonest(size_t i, Clock::time_point now) const {
   const Path& p = paths_[i];
   if (p.rate <= 0) return true;  // no estimate yet: it takes chunks to get one
-  // A path with an extra delay that has been left idle gets a chunk now and then: its
-  // delay is only measured on its chunks, and the queue that caused it may be gone.
-  if (p.extra > 0 && p.unacked.empty() && seconds(now - p.lastProgress) >= kProbeSec) return true;
+  // A path left idle gets a chunk now and then: its rate and delay are only measured on
+  // its chunks, and what made it look slow or late (a queue, a bad first sample, a
+  // stall) may be gone; without one it would never be measured again.
+  if (p.unacked.empty() && seconds(now - p.lastProgress) >= kProbeSec) return true;
   const double c = double(cfg_.chunkBytes);
   const double mine = p.rail->ahead() + c / p.rate + p.extra;
   for (size_t j = 0; j < paths_.size(); ++j) {
@@ -612,7 +615,7 @@ void MultipathConn::ackChunks(Path& p, uint64_t count, int64_t stampNs, Clock::t
   p.acked = count;
   p.lastProgress = now;
   p.pinged = false;
-  const bool sampled = p.rail->acked(bytes, now, stampNs, sent, expectSec);
+  const bool sampled = p.rail->acked(bytes, now, stampNs, sent, expectSec, wasLate);
   const double rate = p.rail->rate();  // also another connection's samples
   setExtras();
   if (sampled || rate != p.rate) {

@@ -8,6 +8,15 @@ namespace snccl::net::socknet {
 namespace {
 
 constexpr double kSampleSec = 0.001;  // busy time per rate sample
+// A wait for an acknowledgement counts toward the rate's busy time up to this: a standing
+// queue delays a loaded rail's acknowledgements by tens of milliseconds, and what is
+// longer is a stall that the path's late flag may not have caught (a segment waiting for
+// TCP's retransmission timer). Counted in full, one stall would hold the estimate down
+// long after the path recovered, and a path thought slow gets no chunk to be measured.
+constexpr double kMaxWaitSec = 0.05;
+// An estimate with no sample for this long is stale: the next sample replaces it rather
+// than being smoothed into it (a path left idle for it is probed about once a second).
+constexpr auto kStale = std::chrono::milliseconds(500);
 constexpr auto kLagPeriod = std::chrono::seconds(5);
 // At most this much of the data ahead is taken for acknowledgements on their way back: a
 // peer whose clock jumps must not make a rail look empty for good.
@@ -30,7 +39,8 @@ void RailShare::sent(size_t len, Clock::time_point now) {
   unacked_ += len;
 }
 
-bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec) {
+bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec,
+                      bool stalled) {
   std::lock_guard<std::mutex> lock(mu_);
   unacked_ -= std::min(unacked_, bytes);
   // Unsigned: the two clocks are unrelated, and the peer's stamp is not trusted.
@@ -46,11 +56,17 @@ bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Cloc
   // that come in a burst (the receiver caught up after a wait, a rail behind a queue that
   // other flows keep full) make a short sample at many times the rail's rate, and
   // averaging the samples' rates would keep a loaded rail's estimate near its idle rate.
+  if (stalled) {
+    sampleBytes_ = 0;
+    sampleSec_ = 0;
+    lastProgress_ = now;
+    return false;
+  }
   sampleBytes_ += bytes;
-  sampleSec_ += seconds(now - lastProgress_);
+  sampleSec_ += std::min(kMaxWaitSec, seconds(now - lastProgress_));
   lastProgress_ = now;
   if (sampleSec_ < kSampleSec) return false;
-  if (rate_ == 0) {
+  if (rate_ == 0 || now - lastSample_ > kStale) {
     bytes_ = double(sampleBytes_);
     busySec_ = sampleSec_;
   } else {
@@ -58,6 +74,7 @@ bool RailShare::acked(size_t bytes, Clock::time_point now, int64_t stampNs, Cloc
     busySec_ = 0.75 * busySec_ + 0.25 * sampleSec_;
   }
   rate_ = bytes_ / busySec_;
+  lastSample_ = now;
   sampleBytes_ = 0;
   sampleSec_ = 0;
   return true;

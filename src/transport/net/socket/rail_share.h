@@ -26,7 +26,12 @@ class RailShare {
   // The last chunk it covers was given to the path at `sent`, when the sender expected it
   // to arrive `expectSec` later (the data ahead of it and its own bytes at the rate); a
   // default `sent`: it covers no new chunk, and floorNs() takes no sample from it.
-  bool acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec);
+  // `stalled`: the path had been late (no acknowledgement for several times what its
+  // chunks should take); the time since the rail's last acknowledgement was a stall, not
+  // delivery, and neither it nor these bytes count toward the rate, which would otherwise
+  // keep the path from the chunks it needs to be measured again once it recovers.
+  bool acked(size_t bytes, Clock::time_point now, int64_t stampNs, Clock::time_point sent, double expectSec,
+             bool stalled = false);
   // `bytes` given to a path of this rail will never be acknowledged there (it failed, or
   // its connection ended).
   void forget(size_t bytes);
@@ -65,6 +70,7 @@ class RailShare {
   uint64_t sampleBytes_ = 0;          // acknowledged since the last rate sample
   double sampleSec_ = 0;              // busy time since the last rate sample
   double bytes_ = 0, busySec_ = 0;    // the recent samples' bytes and busy time, smoothed
+  Clock::time_point lastSample_{};    // of the rate
   // Acknowledgements' one-way delay plus the two clocks' offset, in ns, over periods of
   // kLagPeriod (so that clocks that drift apart are followed), and the last one's excess
   // over that least, in seconds.
