@@ -3,10 +3,13 @@
 # QEMU guest of tests/rdma/rxe_vm.sh (loopback RoCE on rxe0), measured in interleaved
 # rounds so that both see the same machine load; prints the median of each.
 #
-#   perf/rdma_compare.sh [-r ROUNDS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-e 'VAR=v ...'] [-x]
+#   perf/rdma_compare.sh [-r ROUNDS] [-n ITERS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-e 'VAR=v ...'] [-x]
 #
-# (default 3 rounds, build/). -a: every sn_*_perf row again with another build (rows named
-# LABEL@DIR), in the same rounds, for an A/B of two versions on the same device and load.
+# (default 3 rounds, 24 iterations of each size, build/). Every tool runs the same ITERS
+# timed iterations of a size, so perftest and snccl move the same bytes (a short run
+# weighs its pipeline's start and end more). -a: every sn_*_perf row again with another
+# build (rows named LABEL@DIR), in the same rounds, for an A/B of two versions on the
+# same device and load.
 # -e: every sn_*_perf row again with these settings in the ranks' environment (rows named
 # LABEL@env), e.g. -e 'SNCCL_NET_STEPS=4 SNCCL_NET_BUFFSIZE=2M'. -x: leave out the UCX rows.
 #
@@ -30,14 +33,15 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rounds=3 build=build other= noucx= settings=
+rounds=3 iters=24 build=build other= noucx= settings=
 if [ "${1:-}" = --guest ]; then
   guest=1
   shift
 fi
-while getopts "r:b:a:e:xh" o; do
+while getopts "r:n:b:a:e:xh" o; do
   case $o in
     r) rounds=$OPTARG ;;
+    n) iters=$OPTARG ;;
     b) build=$OPTARG ;;
     a) other=$OPTARG ;;
     e) settings=$OPTARG ;;
@@ -49,7 +53,7 @@ done
 if [ -z "${guest:-}" ]; then
   cd "$ROOT"
   exec tests/rdma/rxe_vm.sh single -t 1500 -- \
-    "perf/rdma_compare.sh --guest -r $rounds -b $build${other:+ -a $other}${settings:+ -e '$settings'}${noucx:+ -x}"
+    "perf/rdma_compare.sh --guest -r $rounds -n $iters -b $build${other:+ -a $other}${settings:+ -e '$settings'}${noucx:+ -x}"
 fi
 
 # ---- in the guest ----------------------------------------------------------------------
@@ -61,8 +65,9 @@ row() { echo "$1 $2 $3" >>"$out/rows"; }
 
 perftest_bw() {  # SIZE [-b]
   local v
-  v=$(PERFTEST_TIMEOUT=120 $PT loop ib_write_bw -s "$1" -n $((16777216 / $1 < 5 ? 5 : 16777216 / $1)) ${2:-} |
-      awk -v s="$1" '$1 == s {print $4}' | tail -1)
+  # A failed run (its server not up in time) leaves no row for this round, not the script.
+  v=$(PERFTEST_TIMEOUT=120 $PT loop ib_write_bw -s "$1" -n "$iters" ${2:-} |
+      awk -v s="$1" '$1 == s {print $4}' | tail -1) || v=
   [ -n "$v" ] && [ "${v%%.*}" != 0 ] && row "ib_write_bw${2:+_bidir}" "$1" "$( [ -n "${2:-}" ] && awk -v v="$v" 'BEGIN{print v/2}' || echo "$v")"
 }
 
@@ -86,7 +91,7 @@ snperf() {  # TOOL LABEL EXTRA_ARGS...: with $build, then with $other as LABEL@$
 snperf_with() {  # BUILD TOOL LABEL EXTRA_ARGS...; SETTINGS: more VAR=value words for env
   local build=$1 tool=$2 label=$3
   shift 3
-  local common=(-b 1M -e 4M -f 4 -n 8 -w 2 "$@")
+  local common=(-b 1M -e 4M -f 4 -n "$iters" -w 2 "$@")
   # shellcheck disable=SC2046,SC2086  # netenv's and SETTINGS' words are separate assignments
   env $(netenv) ${SETTINGS:-} SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29600 \
     WORLD_SIZE=2 RANK=1 SNCCL_HOSTID=b "$build/perf/sn_${tool}_perf" "${common[@]}" >"$out/r1" 2>&1 &
@@ -101,7 +106,7 @@ snperf_with() {  # BUILD TOOL LABEL EXTRA_ARGS...; SETTINGS: more VAR=value word
 }
 
 ucx_put_bw() {  # SIZE
-  local n=$((16777216 / $1 < 5 ? 5 : 16777216 / $1)) v
+  local n=$iters v
   timeout 120 ucx_perftest -t put_bw -D zcopy -x rc_verbs -d "$SNCCL_RXE_DEV:1" -s "$1" -n "$n" >/dev/null 2>&1 &
   sleep 1
   v=$(timeout 120 ucx_perftest "$SNCCL_RXE_ADDR" -t put_bw -D zcopy -x rc_verbs -d "$SNCCL_RXE_DEV:1" -s "$1" -n "$n" 2>&1 |
@@ -135,7 +140,7 @@ for ((r = 1; r <= rounds; r++)); do
     NET=ucx snperf broadcast ucx_broadcast_unreg
     NET=ucx snperf sendrecv ucx_sendrecv_unreg
   fi
-  v=$(PERFTEST_TIMEOUT=60 $PT loop ib_write_lat -s 8 -n 500 | awk '$1 == 8 {print $5}' | tail -1)
+  v=$(PERFTEST_TIMEOUT=60 $PT loop ib_write_lat -s 8 -n 500 | awk '$1 == 8 {print $5}' | tail -1) || v=
   [ -n "$v" ] && row ib_write_lat_us 8 "$v"
   snlat
 done
