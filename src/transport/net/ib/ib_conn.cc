@@ -814,9 +814,14 @@ Status Endpoint::resendLostParts(const RailState& st) {
 
 Status Endpoint::checkControl(bool force) {
   if (ctlLost_) return OkStatus();
-  const auto now = std::chrono::steady_clock::now();
-  if (!force && now < nextCtlCheck_) return OkStatus();
-  nextCtlCheck_ = now + std::chrono::milliseconds(1);  // a system call per millisecond, not per poll
+  // The coarse clock (the kernel's tick, a few ms) is read from memory: a waiting rank
+  // polls this once per pass, and where the precise clock is a system call (a guest on
+  // an emulated HPET) that alone costs more than the poll.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  if (!force && now < nextCtlCheckNs_) return OkStatus();
+  nextCtlCheckNs_ = now + 1000000;  // a system call per millisecond (or tick), not per poll
   for (;;) {
     CtlFrame f{};
     ssize_t k = ::recv(ctl_.fd(), &f, sizeof f, MSG_DONTWAIT | MSG_PEEK);

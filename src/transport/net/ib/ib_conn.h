@@ -215,7 +215,7 @@ class Endpoint {
   Status failed_;
   uint32_t peerAbort_ = 0;
   bool peerBye_ = false;
-  std::chrono::steady_clock::time_point nextCtlCheck_{};
+  int64_t nextCtlCheckNs_ = 0;  // CLOCK_MONOTONIC_COARSE
 };
 
 class IbSendComm : public SendComm {
