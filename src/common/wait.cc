@@ -27,7 +27,7 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-Backoff::Phase Backoff::idle() {
+Backoff::Phase Backoff::idle(int64_t extendNs) {
   // Most waits of a small operation end within the first polls: they read no clock. The
   // budgets count from the 16th call; after it the clock is read every 16th, as reading
   // it costs tens of ns.
@@ -49,6 +49,14 @@ Backoff::Phase Backoff::idle() {
   if (elapsedNs_ < spinNs_ + yieldNs_) {
     sched_yield();
     return Phase::kYield;
+  }
+  if (elapsedNs_ < spinNs_ + yieldNs_ + extendNs) {
+    if (yieldNs_ > 0) {
+      sched_yield();
+      return Phase::kYield;
+    }
+    cpuRelax();
+    return Phase::kSpin;
   }
   return Phase::kSleep;
 }

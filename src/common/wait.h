@@ -36,7 +36,10 @@ class Backoff {
 
   void reset() { iter_ = 0; }
   // Spins or yields once, or returns kSleep when the caller should sleep on a futex.
-  Phase idle();
+  // extendNs: how much longer than the two budgets this wait polls before kSleep (a wait
+  // on a ring polled in user space, SNCCL_NET_POLL_US); it goes on yielding where the
+  // budgets yield (yieldUs > 0), else spinning.
+  Phase idle(int64_t extendNs = 0);
 
   static int64_t nowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(

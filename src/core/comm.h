@@ -286,6 +286,7 @@ struct ncclComm {
   int64_t timeoutNs = 0;  // 0: no limit
   int64_t spinUs = 0;
   int64_t yieldUs = 0;  // see yieldBudgetUs()
+  int64_t netPollUs = 0;  // SNCCL_NET_POLL_US (CommRunner::pollExtensionNs)
 
   snccl::CommErrors errors;
   // The last operations, for post-mortems (core/flight_recorder.h, core/flight_dump.h).

@@ -258,6 +258,7 @@ void setWaitBudgets(ncclComm* comm) {
   const bool over = oversubscribed(share, int(sets.size()), self.cpus, comm->tuner.shape.nnodes > 1 ? 2 : 0);
   comm->spinUs = spinBudgetUs(over);
   comm->yieldUs = yieldBudgetUs(over);
+  comm->netPollUs = params::getIntClamped(params::Id::NetPollUs, 0, int64_t(1) << 40);
   SN_INFO(log::kInit, "rank %d: shares %d CPU%s with %d rank%s of this node: waits spin %lld us, yield %lld us",
           comm->rank, share.cpus, share.cpus == 1 ? "" : "s", share.ranks - 1, share.ranks == 2 ? "" : "s",
           (long long)comm->spinUs, (long long)comm->yieldUs);

@@ -215,6 +215,7 @@ Result<bool> CommRunner::progress() {
       opStartNs_ = 0;  // startTimeoutClock: at the op's first sleep, which most small ops never reach
       started_ = true;
       claimsMade_ = false;
+      sendsOverPolledNet_ = false;  // claimDriven() finds out
       atPointer_.clear();
       mapped_.reset(/*fallbackOnly=*/!op.mapped);
       startAgreement(op);
@@ -366,12 +367,17 @@ void CommRunner::quiesceTransfers() {
 
 void CommRunner::claimDriven(const ExecOp& op) {
   claimsMade_ = true;
+  sendsOverPolledNet_ = false;
   auto claim = [&](Connection* c) {
     if (c == nullptr || !c->drivable() || std::find(driven_.begin(), driven_.end(), c) != driven_.end()) return;
     c->claimDrive();
     driven_.push_back(c);
   };
-  for (ConnKey k : op.prep->sends) claim(comm_->conns.sendOf(k).get());
+  for (ConnKey k : op.prep->sends) {
+    Connection* c = comm_->conns.sendOf(k).get();
+    claim(c);
+    sendsOverPolledNet_ |= c != nullptr && c->pollsInUserSpace();
+  }
   for (ConnKey k : op.prep->recvs) claim(comm_->conns.recvOf(k).get());
 }
 
@@ -476,6 +482,11 @@ Status CommRunner::checkBlocked() {
   return OkStatus();
 }
 
+int64_t CommRunner::pollExtensionNs() const {
+  if (!sendsOverPolledNet_ || blockedConn_ == nullptr || !blockedConn_->pollsInUserSpace()) return 0;
+  return comm_->netPollUs * 1000;
+}
+
 Status CommRunner::sleepOnBlocked() {
   SNCCL_TRY(checkBlocked());
   flightWait();
@@ -549,7 +560,7 @@ Status runOne(CommRunner* r) {
     if (res.value()) return OkStatus();
     if (r->moved() || r->driveNet()) {
       backoff.reset();
-    } else if (backoff.idle() == Backoff::Phase::kSleep) {
+    } else if (backoff.idle(r->pollExtensionNs()) == Backoff::Phase::kSleep) {
       SNCCL_TRY(r->sleepOnBlocked());
     }
   }
@@ -582,7 +593,10 @@ Status runLoop(std::span<CommRunner*> runners) {
       backoff.reset();
       continue;
     }
-    if (backoff.idle() == Backoff::Phase::kSleep) {
+    int64_t extendNs = 0;
+    for (size_t i = 0; i < runners.size(); ++i)
+      if (!done[i]) extendNs = std::max(extendNs, runners[i]->pollExtensionNs());
+    if (backoff.idle(extendNs) == Backoff::Phase::kSleep) {
       // The thread sleeps on one runner's ring: every runner's net rings go back to the
       // proxy meanwhile, or a peer of another runner could wait on this sleep. Every
       // unfinished runner waits from now on, also those whose checkBlocked() runs only

@@ -110,6 +110,16 @@ class CommRunner {
   // Called when progress() moved nothing for a while: sleeps on what the current op waits
   // for (bounded) and checks deadline, abort and peer liveness.
   Status sleepOnBlocked();
+  // How much longer than the rank's spin and yield budgets the current wait polls before
+  // it sleeps: SNCCL_NET_POLL_US when the op sends over a net ring polled in user space
+  // (an IB net's completion queue) and the wait is on such a ring, else 0. Such a runner
+  // posts its own sends as it drives them, so it is the thread that keeps its device busy:
+  // asleep, it needs a wake-up to post the next ones, and on a loaded machine that can
+  // come milliseconds late, behind another thread's long system call (over Soft-RoCE a
+  // post runs the whole message's transfer in the poster's call), while its peer started
+  // the next operation alone (docs/performance.md). A runner that only receives gains
+  // nothing from polling and sleeps.
+  int64_t pollExtensionNs() const;
   // SNCCL_TIMEOUT counts from the first time the current op goes to sleep, not from its
   // start: a clock read per op showed in 8 B profiles (tens of ns of a 0.2-0.5 us op on
   // a virtual machine), and an op that keeps moving is not waiting. Idempotent within an op.
@@ -279,6 +289,8 @@ class CommRunner {
   // nothing new would otherwise claim the rings and give them back at once, waking the
   // proxy each time (every kSleepSliceUs through a long transfer).
   bool handedOff_ = false;
+  // The current op sends over a net ring polled in user space (pollExtensionNs).
+  bool sendsOverPolledNet_ = false;
 };
 
 // Runs the runners to completion (or first error) on this thread.

@@ -16,6 +16,7 @@ Connection::Connection(ConnCtrl* ctrl, char* slots, std::unique_ptr<ConnMemory> 
     drivable_ = caps.drivable;
     zeroCopySend_ = caps.zeroCopySend;
     zeroCopyRecv_ = caps.zeroCopyRecv;
+    pollsInUserSpace_ = caps.pollsInUserSpace;
   }
 }
 

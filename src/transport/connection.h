@@ -92,6 +92,9 @@ struct ConnCaps {
   Drivable* drivable = nullptr;
   ZeroCopySend* zeroCopySend = nullptr;
   ZeroCopyRecv* zeroCopyRecv = nullptr;
+  // Polling the ring's far side costs no system call (net::Net::pollsInUserSpace): a
+  // waiter keeps polling it through a transfer instead of sleeping (SNCCL_NET_POLL_US).
+  bool pollsInUserSpace = false;
 };
 
 // What owns the ring's memory (a shared-memory mapping, a heap block, ...).
@@ -204,6 +207,8 @@ class Connection {
   void claimDrive() { drivable_->claimDrive(); }
   void releaseDrive(bool waiting) { drivable_->releaseDrive(waiting); }
   bool drive() { return drivable_->drive(); }
+  // ConnCaps::pollsInUserSpace.
+  bool pollsInUserSpace() const { return pollsInUserSpace_; }
 
  private:
   // A free slot, and every message sent from a pointer done (0 when none is pending).
@@ -218,6 +223,7 @@ class Connection {
   Drivable* drivable_ = nullptr;
   ZeroCopySend* zeroCopySend_ = nullptr;
   ZeroCopyRecv* zeroCopyRecv_ = nullptr;
+  bool pollsInUserSpace_ = false;
   uint64_t lastAtPointer_ = 0;  // step after the last postAt message not yet known done
   bool announced_ = false;   // this end's sleeping flag is set (sleep() until wakeUp())
   bool sender_ = false;      // which flag: the end sleep() was called as

@@ -47,5 +47,30 @@ TEST(Backoff, YieldsThenSleepsWhenTheYieldBudgetIsSpent) {
   EXPECT_EQ(p, Phase::kSleep);
 }
 
+// A wait on a ring polled in user space (extendNs, SNCCL_NET_POLL_US) goes on in the
+// budgets' last phase past them: yielding where they yield, spinning where they do not,
+// and sleeps only once the extension is spent too.
+TEST(Backoff, AnExtendedWaitPollsOnInItsLastPhaseThenSleeps) {
+  const int64_t longNs = int64_t(60) * 1000 * 1000 * 1000;  // 60 s
+  Backoff yields(0, 1);                                     // spin 0, yield 1 us: spent after the first clock read
+  for (int i = 0; i < 15; ++i) ASSERT_EQ(yields.idle(longNs), Phase::kSpin);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(yields.idle(longNs), Phase::kYield) << "call " << i;
+  EXPECT_EQ(yields.idle(0), Phase::kSleep) << "without the extension the budget is spent";
+
+  Backoff spins(1, 0);  // spin 1 us, no yield (CPUs not oversubscribed)
+  for (int i = 0; i < 15; ++i) ASSERT_EQ(spins.idle(longNs), Phase::kSpin);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(spins.idle(longNs), Phase::kSpin) << "call " << i;
+
+  Backoff shortExtension(0, 0);
+  for (int i = 0; i < 15; ++i) ASSERT_EQ(shortExtension.idle(1000 * 1000), Phase::kSpin);  // 1 ms
+  ASSERT_EQ(shortExtension.idle(1000 * 1000), Phase::kSpin);  // the 16th call: the clock starts
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  Phase p = Phase::kSpin;
+  for (int i = 0; i < 16 && p != Phase::kSleep; ++i) p = shortExtension.idle(1000 * 1000);
+  EXPECT_EQ(p, Phase::kSleep);
+}
+
 }  // namespace
 }  // namespace snccl

@@ -211,6 +211,12 @@ class Net {
   // message costs a round of system calls; a net whose messages cost something else says
   // what suits it here.
   virtual SlotDefaults slotDefaults() const { return {}; }
+  // Not in ncclNet: whether a test() that finds nothing new costs no system call (a verbs
+  // net reads its completion queues from memory it shares with the device). An executor
+  // whose operation sends over such a net keeps polling its rings through a wait
+  // (SNCCL_NET_POLL_US, CommRunner::pollExtensionNs) instead of sleeping on a wake-up; a
+  // net whose every pass is a system call (a socket's recv) would only burn the CPU so.
+  virtual bool pollsInUserSpace() const { return false; }
 };
 
 // One line of the plugin table.

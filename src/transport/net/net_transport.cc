@@ -34,8 +34,13 @@ class NetRing : public ConnMemory, Drivable, ZeroCopySend, ZeroCopyRecv {
  public:
   // atPointers: a send ring that sends from the executor's memory (postAt), or a receive
   // ring that receives into it (planRecvs).
-  NetRing(void* base, size_t bytes, bool send, bool atPointers)
-      : base_(base), bytes_(bytes), send_(send), atPointers_(atPointers), proxy_(&Proxy::instance()) {}
+  NetRing(void* base, size_t bytes, bool send, bool atPointers, bool pollsInUserSpace)
+      : base_(base),
+        bytes_(bytes),
+        send_(send),
+        atPointers_(atPointers),
+        pollsInUserSpace_(pollsInUserSpace),
+        proxy_(&Proxy::instance()) {}
   ~NetRing() override {
     if (entry_ != nullptr) proxy_->release(entry_);
     munmap(base_, bytes_);
@@ -43,7 +48,8 @@ class NetRing : public ConnMemory, Drivable, ZeroCopySend, ZeroCopyRecv {
   ConnCaps caps() override {
     return {.drivable = this,
             .zeroCopySend = send_ && atPointers_ ? static_cast<ZeroCopySend*>(this) : nullptr,
-            .zeroCopyRecv = !send_ && atPointers_ ? static_cast<ZeroCopyRecv*>(this) : nullptr};
+            .zeroCopyRecv = !send_ && atPointers_ ? static_cast<ZeroCopyRecv*>(this) : nullptr,
+            .pollsInUserSpace = pollsInUserSpace_};
   }
   void claimDrive() override { entry_->claim(); }
   void releaseDrive(bool waiting) override {
@@ -68,6 +74,7 @@ class NetRing : public ConnMemory, Drivable, ZeroCopySend, ZeroCopyRecv {
   bool send_;
   bool atPointers_;  // the user allows it (with a plugin that needs registration, only
                      // registered memory is used in place: net_entry.h)
+  bool pollsInUserSpace_;  // net::Net::pollsInUserSpace
   Proxy* proxy_;  // this process's (Proxy::instance() takes a lock: not on the hot path)
   net::ProxyEntry* entry_ = nullptr;
   // Both written by the entry, which release() detaches before they go.
@@ -75,13 +82,13 @@ class NetRing : public ConnMemory, Drivable, ZeroCopySend, ZeroCopyRecv {
   net::RecvPlan plan_;
 };
 
-Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req, bool send, bool atPointers) {
+Result<std::unique_ptr<NetRing>> allocRing(const ConnRequest& req, const net::Net& n, bool send, bool atPointers) {
   size_t bytes = connCtrlBytes() + size_t(req.nsteps) * req.slotBytes;
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (base == MAP_FAILED) return ErrnoError(errno, "net transport: mmap of a %zu-byte ring failed", bytes);
   touchPagesForWrite(base, bytes);  // the proxy writes received slots, the executor sent ones
   initConnCtrl(static_cast<ConnCtrl*>(base), req.nsteps, req.slotBytes);
-  return std::make_unique<NetRing>(base, bytes, send, atPointers);
+  return std::make_unique<NetRing>(base, bytes, send, atPointers, n.pollsInUserSpace());
 }
 
 Result<net::Net*> netFor(const ConnRequest& req) {
@@ -114,8 +121,7 @@ bool canConnect(const PeerInfo& self, const PeerInfo& peer) { return self.proces
 
 Result<std::unique_ptr<Connection>> createRecv(const ConnRequest& req, ConnBlob* blob) {
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
-  SNCCL_ASSIGN_OR_RETURN(
-      auto ring, allocRing(req, false, params::getInt(params::Id::NetRecvUserBuffers) != 0));
+  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req, *n, false, params::getInt(params::Id::NetRecvUserBuffers) != 0));
   net::Handle handle{};
   net::ListenComm* listen = nullptr;
   const int dev = net::pickNetDevice(*n, req.nic, req.channel);
@@ -153,8 +159,7 @@ Result<std::unique_ptr<Connection>> connectSend(const ConnRequest& req, const Co
         req.rank, req.peer, req.nsteps, req.slotBytes, (unsigned long long)blob.words[0],
         (unsigned long long)blob.words[1]);
   SNCCL_ASSIGN_OR_RETURN(net::Net * n, netFor(req));
-  SNCCL_ASSIGN_OR_RETURN(
-      auto ring, allocRing(req, true, params::getInt(params::Id::NetSendUserBuffers) != 0));
+  SNCCL_ASSIGN_OR_RETURN(auto ring, allocRing(req, *n, true, params::getInt(params::Id::NetSendUserBuffers) != 0));
   net::Handle handle{blob.payload};
   net::RingView view = ring->view(req);
   const int dev = net::pickNetDevice(*n, req.nic, req.channel);

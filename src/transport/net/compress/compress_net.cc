@@ -208,6 +208,7 @@ class CompressNet final : public Net {
   Status deregMr(Comm* comm, MemHandle* mh) override { return inner_->deregMr(innerOf(comm), mh); }
   void forgetRange(const void* data, size_t size) override { inner_->forgetRange(data, size); }
   SlotDefaults slotDefaults() const override { return inner_->slotDefaults(); }
+  bool pollsInUserSpace() const override { return inner_->pollsInUserSpace(); }
 
   Status isend(SendComm* comm, void* data, size_t size, int tag, uint32_t imm, MemHandle* /*mh*/,
                Request** request) override {

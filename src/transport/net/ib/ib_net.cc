@@ -254,6 +254,8 @@ class IbNet : public Net {
   // then the data's) goes through the device; a wider window hides more of it. Over
   // Soft-RoCE it made 4 MiB sendrecv 1.27x faster (docs/performance.md).
   SlotDefaults slotDefaults() const override { return {8, 4u << 20}; }
+  // ibv_poll_cq reads the completion queue in user space.
+  bool pollsInUserSpace() const override { return true; }
 
   Status regMr(Comm* comm, void* data, size_t size, int type, MemHandle** mh) override {
     *mh = nullptr;
