@@ -69,6 +69,7 @@ perftest_bw() {  # SIZE [-b]
   v=$(PERFTEST_TIMEOUT=120 $PT loop ib_write_bw -s "$1" -n "$iters" ${2:-} |
       awk -v s="$1" '$1 == s {print $4}' | tail -1) || v=
   [ -n "$v" ] && [ "${v%%.*}" != 0 ] && row "ib_write_bw${2:+_bidir}" "$1" "$( [ -n "${2:-}" ] && awk -v v="$v" 'BEGIN{print v/2}' || echo "$v")"
+  return 0
 }
 
 # The net the sn_*_perf runs use: NET=ucx (below) for the UCX net over UCX's verbs transport.
