@@ -1,9 +1,10 @@
 // The UCX net (transport/net/ucx/) over UCX's TCP transport on loopback, both ends driven
 // by the test thread: the receiver-driven credit rule (no send before a receive is posted,
 // and a message larger than the receive is refused), sizes and imm of every kind of
-// message, order, the goodbye of a clean close and the abort code of an aborting one, a
-// handle from another net refused, and (SNCCL_UCX_CONNECT=sockaddr) one sender per listener. A killed peer and a cut link are the multi-rank suites'
-// (test_net_ranks_ucx, test_net_netns_ucx): UCX does not survive fork() in one process.
+// message, order, the goodbye of a clean close and the abort code of an aborting one (also
+// behind queued messages, for a receiver that is briefly busy), a handle from another net
+// refused, and (SNCCL_UCX_CONNECT=sockaddr) one sender per listener. A killed peer and a cut link are the multi-rank
+// suites' (test_net_ranks_ucx, test_net_netns_ucx): UCX does not survive fork() in one process.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "net_pair.h"
@@ -196,6 +198,48 @@ TEST(UcxNet, CleanCloseIsAGoodbyeAndAbortCarriesItsCode) {
     EXPECT_EQ(net->peerAbortCode(p.recv), code);
     closePair(net, net, p);
   }
+}
+
+// A sender that aborts with messages still queued for a receiver that is briefly busy:
+// its goodbye (with the code naming where the failure started) waits behind them, and
+// the receiver, once it progresses again on its own thread as a live peer does, still
+// gets the code rather than a bare reset.
+TEST(UcxNet, AbortBehindQueuedMessagesStillCarriesItsCode) {
+  NEED_UCX(net);
+  constexpr uint32_t kCode = 0x207;
+  constexpr size_t kMessages = 2048, kBytes = 8192;  // 16 MiB: more than the sockets buffer
+  Pair p;
+  ASSERT_TRUE(connectPair(net, net, &p).ok());
+  std::vector<char> src(kBytes, 'a'), dst(kMessages * kBytes);
+  std::vector<Request*> recvs;
+  for (size_t i = 0; i < kMessages; ++i) {
+    recvs.push_back(postRecv(net, p.recv, dst.data() + i * kBytes, kBytes));
+    ASSERT_NE(recvs.back(), nullptr);
+  }
+  // One more receive, never matched: it fails with the goodbye, as a live peer's next
+  // receive would.
+  std::vector<char> next(kBytes);
+  recvs.push_back(postRecv(net, p.recv, next.data(), next.size()));
+  ASSERT_NE(recvs.back(), nullptr);
+  for (size_t i = 0; i < kMessages; ++i) ASSERT_NE(sendWhenCredited(net, p, src.data(), kBytes, 0, nullptr), nullptr);
+  // The receiver's comm has its own worker: its thread drives it alone, after a pause.
+  uint32_t code = 0;
+  std::thread receiver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    for (Request* r : recvs) {
+      bool done = false;
+      Status s;
+      while (s.ok() && !done && Clock::now() < deadline) s = net->test(r, &done, nullptr, nullptr);
+      if (!s.ok()) break;  // a failed request is gone, and so is every later one
+    }
+    // As the transport does on a failed receive: take the peer's code, then close.
+    code = net->peerAbortCode(p.recv);
+    EXPECT_TRUE(net->closeRecv(p.recv, code).ok());
+  });
+  ASSERT_TRUE(net->closeSend(p.send, kCode).ok());
+  receiver.join();
+  EXPECT_EQ(code, kCode);
 }
 
 // SNCCL_UCX_CONNECT=sockaddr (test_ucx_net_sockaddr): a listener takes one sender and is

@@ -34,6 +34,11 @@ enum AmId : unsigned { kAmHello = 1, kAmCts = 2, kAmBye = 3, kAmProbe = 4 };
 // How often a comm that waits on its peer with nothing in flight sends a PROBE.
 constexpr std::chrono::milliseconds kProbeInterval{1000};
 
+// How long an aborting end waits for its peer to take its goodbye (lingerForPeer). A
+// peer that progresses answers within a round trip; one that does not costs this much
+// per comm.
+constexpr std::chrono::milliseconds kAbortLinger{500};
+
 constexpr uint32_t kHandleMagic = 0x55435831;  // "UCX1"
 constexpr uint16_t kHandleVersion = 2;
 
@@ -283,6 +288,27 @@ class Endpoint {
       }
       u_->workerDestroy(worker);
       worker = nullptr;
+    }
+  }
+
+  // An aborting end progresses, for at most `wait`, until the peer answers its goodbye
+  // with its own or is gone. The goodbye names where the failure started, and closing
+  // sooner can lose it: UCX may still hold it behind messages the peer has not taken;
+  // closing a socket with unread credits makes the kernel reset the connection, dropping
+  // what is still queued; and in sockaddr mode the connection manager's report of the
+  // close can reach the peer before the data does. A live peer that reads the goodbye
+  // fails its comm and closes it, sending its own, so the wait is short unless the peer
+  // is not progressing. (A peer that aborted on its own sends its goodbye unasked; it
+  // already knows its own cause.)
+  void lingerForPeer(std::chrono::milliseconds wait) {
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (ep != nullptr && error == UCS_OK && !bye) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        SN_INFO(log::kNet, "NET/UCX : aborting: the peer did not answer the goodbye within %lld ms; closing anyway",
+                static_cast<long long>(wait.count()));
+        return;
+      }
+      progress();
     }
   }
 
@@ -789,6 +815,7 @@ class UcxNet final : public Net {
   void close(Endpoint* e, uint32_t abortCode, bool flush) {
     // The goodbye says whether this end closes in order.
     if (e->ep != nullptr && e->error == UCS_OK) (void)e->sendCtrl(kAmBye, abortCode, e->seq);
+    if (abortCode != 0) e->lingerForPeer(kAbortLinger);
     e->destroy(flush && e->error == UCS_OK, std::chrono::milliseconds(2000));
   }
   uint64_t nextNonce() {
