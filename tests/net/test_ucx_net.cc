@@ -225,7 +225,7 @@ TEST(UcxNet, AbortBehindQueuedMessagesStillCarriesItsCode) {
   // The receiver's comm has its own worker: its thread drives it alone, after a pause.
   uint32_t code = 0;
   std::thread receiver([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
     auto deadline = Clock::now() + std::chrono::seconds(20);
     for (Request* r : recvs) {
       bool done = false;
