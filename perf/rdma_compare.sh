@@ -3,7 +3,7 @@
 # QEMU guest of tests/rdma/rxe_vm.sh (loopback RoCE on rxe0), measured in interleaved
 # rounds so that both see the same machine load; prints the median of each.
 #
-#   perf/rdma_compare.sh [-r ROUNDS] [-n ITERS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-e 'VAR=v ...'] [-x]
+#   perf/rdma_compare.sh [-r ROUNDS] [-n ITERS] [-b BUILD_DIR] [-a OTHER_BUILD_DIR] [-e 'VAR=v ...'] [-x] [-s]
 #
 # (default 3 rounds, 24 iterations of each size, build/). Every tool runs the same ITERS
 # timed iterations of a size, so perftest and snccl move the same bytes (a short run
@@ -12,6 +12,10 @@
 # same device and load.
 # -e: every sn_*_perf row again with these settings in the ranks' environment (rows named
 # LABEL@env), e.g. -e 'SNCCL_NET_STEPS=4 SNCCL_NET_BUFFSIZE=2M'. -x: leave out the UCX rows.
+# -s: only the sendrecv rows and their reference (ib_write_bw -b), for more rounds in the
+# same time. Under the medians, each snccl row's ratio to its perftest reference is also
+# taken round by round, and the median of those printed: on a shared host both tools'
+# rates swing from round to round, and the ratio within a round swings less.
 #
 # Rows:
 #   ib_write_bw SIZE       perftest, one direction, average MB/s
@@ -33,12 +37,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rounds=3 iters=24 build=build other= noucx= settings=
+rounds=3 iters=24 build=build other= noucx= settings= only=
 if [ "${1:-}" = --guest ]; then
   guest=1
   shift
 fi
-while getopts "r:n:b:a:e:xh" o; do
+while getopts "r:n:b:a:e:xsh" o; do
   case $o in
     r) rounds=$OPTARG ;;
     n) iters=$OPTARG ;;
@@ -46,6 +50,7 @@ while getopts "r:n:b:a:e:xh" o; do
     a) other=$OPTARG ;;
     e) settings=$OPTARG ;;
     x) noucx=1 ;;
+    s) only=sendrecv ;;
     *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
 done
@@ -53,7 +58,7 @@ done
 if [ -z "${guest:-}" ]; then
   cd "$ROOT"
   exec tests/rdma/rxe_vm.sh single -t 1500 -- \
-    "perf/rdma_compare.sh --guest -r $rounds -n $iters -b $build${other:+ -a $other}${settings:+ -e '$settings'}${noucx:+ -x}"
+    "perf/rdma_compare.sh --guest -r $rounds -n $iters -b $build${other:+ -a $other}${settings:+ -e '$settings'}${noucx:+ -x}${only:+ -s}"
 fi
 
 # ---- in the guest ----------------------------------------------------------------------
@@ -61,7 +66,7 @@ PT=tests/rdma/perftest_run.sh
 out=/tmp/rdma_compare
 mkdir -p "$out"
 : >"$out/rows"
-row() { echo "$1 $2 $3" >>"$out/rows"; }
+row() { echo "$1 $2 $3 $r" >>"$out/rows"; }  # LABEL SIZE VALUE, in round $r
 
 perftest_bw() {  # SIZE [-b]
   local v
@@ -103,7 +108,8 @@ snperf_with() {  # BUILD TOOL LABEL EXTRA_ARGS...; SETTINGS: more VAR=value word
   # bytes / time (column 6, us) = MB/s: busbw for sendrecv and for allreduce on 2 ranks
   # (the table's GB/s has too few digits at these rates); for broadcast on 2 ranks, busbw
   # is bytes / time as well
-  awk -v l="$label" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 > 0 {printf "%s %s %.1f\n", l, $1, $1 / $6}' "$out/r0" >>"$out/rows"
+  awk -v l="$label" -v r="$r" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 > 0 {printf "%s %s %.1f %d\n", l, $1, $1 / $6, r}' \
+    "$out/r0" >>"$out/rows"
 }
 
 ucx_put_bw() {  # SIZE
@@ -122,17 +128,18 @@ snlat() {
   env SNCCL_NET=IB SNCCL_SOCKET_IFNAME="$SNCCL_RXE_IFNAME" MASTER_ADDR="$SNCCL_RXE_ADDR" MASTER_PORT=29601 \
     WORLD_SIZE=2 RANK=0 SNCCL_HOSTID=a "$build/perf/sn_sendrecv_perf" -b 8 -e 8 -n 200 -w 20 >"$out/r0" 2>&1 || true
   wait || true
-  awk '$1 == 8 && NF >= 9 {print "sendrecv_lat_us 8", $6}' "$out/r0" >>"$out/rows"
+  awk -v r="$r" '$1 == 8 && NF >= 9 {print "sendrecv_lat_us 8", $6, r}' "$out/r0" >>"$out/rows"
 }
 
 for ((r = 1; r <= rounds; r++)); do
   echo "round $r/$rounds" >&2
   for s in 1048576 4194304; do
-    perftest_bw "$s"
+    [ -n "$only" ] || perftest_bw "$s"
     perftest_bw "$s" -b
   done
   snperf sendrecv sendrecv_unreg
   snperf sendrecv sendrecv_registered -R 1
+  [ -z "$only" ] || continue
   snperf allreduce allreduce_unreg
   snperf broadcast broadcast_unreg
   snperf broadcast broadcast_registered -R 1
@@ -149,11 +156,24 @@ done
 echo "# median of $rounds interleaved rounds (MB/s per direction; latency in us)"
 python3 - "$out/rows" <<'PY'
 import statistics, sys
-rows = {}
+rows, by_round = {}, {}
 for line in open(sys.argv[1]):
-    k, size, v = line.split()
+    k, size, v, r = line.split()
     rows.setdefault((k, int(size)), []).append(float(v))
+    by_round[(k, int(size), int(r))] = float(v)
 print(f"{'what':<22} {'bytes':>10} {'median':>10}  samples")
 for (k, size), vs in sorted(rows.items()):
     print(f"{k:<22} {size:>10} {statistics.median(vs):>10.1f}  {' '.join(f'{v:g}' for v in vs)}")
+# Each snccl row against perftest in the same round: both directions at once (sendrecv,
+# allreduce) against ib_write_bw -b, one direction (broadcast) against ib_write_bw.
+print(f"# ratio to perftest in the same round (median, then each round)")
+for (k, size), vs in sorted(rows.items()):
+    base = k.split("@")[0]
+    ref = "ib_write_bw_bidir" if base.startswith(("sendrecv_", "allreduce_")) else "ib_write_bw" if base.startswith("broadcast_") else None
+    if ref is None or "lat" in base:
+        continue
+    ratios = [v / by_round[(ref, size, r)] for (kk, s, r), v in sorted(by_round.items(), key=lambda x: x[0][2])
+              if kk == k and s == size and by_round.get((ref, size, r), 0) > 0]
+    if ratios:
+        print(f"{k:<22} {size:>10} {statistics.median(ratios):>10.2f}  {' '.join(f'{x:.2f}' for x in ratios)}")
 PY
