@@ -51,7 +51,7 @@ while getopts "r:n:b:a:e:xsh" o; do
     e) settings=$OPTARG ;;
     x) noucx=1 ;;
     s) only=sendrecv ;;
-    *) sed -n '2,30p' "$0"; exit 2 ;;
+    *) sed -n '2,36p' "$0"; exit 2 ;;
   esac
 done
 
@@ -166,7 +166,7 @@ for (k, size), vs in sorted(rows.items()):
     print(f"{k:<22} {size:>10} {statistics.median(vs):>10.1f}  {' '.join(f'{v:g}' for v in vs)}")
 # Each snccl row against perftest in the same round: both directions at once (sendrecv,
 # allreduce) against ib_write_bw -b, one direction (broadcast) against ib_write_bw.
-print(f"# ratio to perftest in the same round (median, then each round)")
+print("# ratio to perftest in the same round (median, then each round)")
 for (k, size), vs in sorted(rows.items()):
     base = k.split("@")[0]
     ref = "ib_write_bw_bidir" if base.startswith(("sendrecv_", "allreduce_")) else "ib_write_bw" if base.startswith("broadcast_") else None
