@@ -1,10 +1,12 @@
 // The UCX net (transport/net/ucx/) over UCX's TCP transport on loopback, both ends driven
-// by the test thread: the receiver-driven credit rule (no send before a receive is posted,
-// and a message larger than the receive is refused), sizes and imm of every kind of
-// message, order, the goodbye of a clean close and the abort code of an aborting one (also
-// behind queued messages, for a receiver that is briefly busy), a handle from another net
-// refused, and (SNCCL_UCX_CONNECT=sockaddr) one sender per listener. A killed peer and a cut link are the multi-rank
-// suites' (test_net_ranks_ucx, test_net_netns_ucx): UCX does not survive fork() in one process.
+// by the test thread (one test gives the receiver a thread of its own): the
+// receiver-driven credit rule (no send before a receive is posted, and a message larger
+// than the receive is refused), sizes and imm of every kind of message, order, the
+// goodbye of a clean close and the abort code of an aborting one (also behind queued
+// messages, for a receiver that is briefly busy), a handle from another net refused, and
+// (SNCCL_UCX_CONNECT=sockaddr) one sender per listener. A killed peer and a cut link are
+// the multi-rank suites' (test_net_ranks_ucx, test_net_netns_ucx): UCX does not survive
+// fork() in one process.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
